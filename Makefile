@@ -1,0 +1,44 @@
+# Revive — make help lists the targets.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+FAULT ?= xid79
+INTERACTIVE ?= 0
+KEEP ?= 0
+PYTEST_ARGS ?=
+
+.PHONY: help venv demo test bench down up lint clean
+
+help: ## list targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | sort
+
+$(VENV)/.installed: pyproject.toml
+	@command -v python3 >/dev/null || { echo "python3 is missing: apt-get install python3 python3-venv"; exit 1; }
+	@test -d $(VENV) || python3 -m venv $(VENV) || { echo "cannot create a venv: apt-get install python3-venv"; exit 1; }
+	$(PY) -m pip install -q --upgrade pip
+	# torch==2.13.0 is pinned and installed with pip: pip takes the CPU wheel on this machine's disk
+	$(PY) -m pip install -q -e '.[dev,demo]'
+	@$(PY) -c "import torch; cpu = torch.version.cuda is None; print(f'torch {torch.__version__}: ' + ('CPU build' if cpu else 'CUDA build ' + torch.version.cuda))"
+	@touch $@
+
+venv: $(VENV)/.installed ## create the venv and install Revive with its dev and demo extras
+
+demo: venv ## a real recovery on a local Slurm cluster (FAULT=xid79|crash|hang INTERACTIVE=1 KEEP=1)
+	$(VENV)/bin/revive demo --fault $(FAULT) $(if $(filter 1,$(INTERACTIVE)),--interactive) $(if $(filter 1,$(KEEP)),--keep)
+
+test: venv ## install what the tests need (venv, Slurm via scripts/cluster-up.sh) and run them
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest $(PYTEST_ARGS)
+
+bench: venv ## run every benchmark and print its BENCH lines
+	@for b in benchmarks/bench_*.py; do $(PY) $$b $(BENCH_ARGS) || exit 1; done
+
+up: venv ## start the local cluster and the Temporal dev server (left running)
+	bash scripts/cluster-up.sh && bash scripts/temporal-up.sh
+
+down: ## stop everything the demo or the tests started
+	-@for f in /tmp/revive-cluster/revive-state/{worker,monitor}.pid; do [ -f $$f ] && kill -TERM -- -$$(cat $$f) 2>/dev/null; rm -f $$f; done; true
+	-bash scripts/temporal-down.sh
+	-bash scripts/cluster-down.sh
+
+clean: down ## remove the venv and build outputs
+	rm -rf $(VENV) build dist *.egg-info

@@ -1,0 +1,36 @@
+"""Close stage: one JSONL audit record per incident, appended to the configured audit file."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from temporalio import activity
+
+from revive.models import AuditRecord
+
+
+class AuditActivities:
+    def __init__(self, audit_file: Path) -> None:
+        self.audit_file = audit_file
+
+    @activity.defn(name="append_audit")
+    async def append_audit(self, rec: AuditRecord) -> str:
+        """Append ``rec`` as one JSON line (O_APPEND + fsync). Idempotent per incident: a retried
+        activity does not write a second record. Returns the file path."""
+        self.audit_file.parent.mkdir(parents=True, exist_ok=True)
+        key = f'"incident_id":"{rec.incident_id}"'
+        if self.audit_file.exists():
+            with self.audit_file.open("rb") as f:
+                f.seek(0, 2)
+                f.seek(max(0, f.tell() - 4 * 1024 * 1024))
+                if key.encode() in f.read():
+                    return str(self.audit_file)
+        line = rec.model_dump_json() + "\n"
+        fd = os.open(self.audit_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
+        try:
+            os.write(fd, line.encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return str(self.audit_file)

@@ -1,0 +1,121 @@
+"""Gather stage: the evidence bundle an incident's attribution reads.
+
+Reads the job record, node states, a capped window of the job log and the kernel-log lines of the
+job's nodes. Each line is capped at 4 KB and the bundle's log text at ``window_lines`` lines (well
+under Temporal's 2 MB payload limit); the full window (up to 8 MB of the log's tail) goes to a file
+under the evidence dir, and its path and sha256 go into history. Unreadable sources become notes in
+the bundle (attribution then says ``unknown``); nothing here raises for bad input.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from pathlib import Path
+
+from temporalio import activity
+
+from revive.errors import JobNotFound, SchedulerError
+from revive.models import EvidenceBundle, GatherEvidenceInput
+from revive.scheduler.base import Scheduler
+
+LINE_CAP = 4096
+"""Bytes kept per line (longer lines are cut and marked)."""
+TAIL_BYTES = 8 * 1024 * 1024
+"""Bytes of a log's tail read into the evidence window file."""
+KERNEL_LINES = 200
+
+
+def cap_line(line: str) -> str:
+    return line if len(line) <= LINE_CAP else line[:LINE_CAP] + " …[cut]"
+
+
+def read_tail(path: Path, max_bytes: int = TAIL_BYTES) -> tuple[bytes, int]:
+    """Last ``max_bytes`` of a file → (bytes, file size). Raises OSError."""
+    with path.open("rb") as f:
+        f.seek(0, 2)
+        size = f.tell()
+        f.seek(max(0, size - max_bytes))
+        return f.read(), size
+
+
+def decode_lines(data: bytes) -> list[str]:
+    """Bytes → lines; invalid UTF-8 replaced, NULs dropped, each line capped."""
+    text = data.decode("utf-8", errors="replace").replace("\x00", "")
+    return [cap_line(x) for x in text.splitlines()]
+
+
+class EvidenceActivities:
+    """Activities of the gather stage. Built once by the worker with its scheduler and config."""
+
+    def __init__(self, scheduler: Scheduler, kernel_log_template: str | None, evidence_dir: Path,
+                 ip_to_node: dict[str, str] | None = None, kernel_log_utc_offset_s: int | None = None) -> None:
+        self.scheduler = scheduler
+        self.kernel_log_template = kernel_log_template
+        self.evidence_dir = evidence_dir
+        self.ip_to_node = ip_to_node or {}
+        self.kernel_log_utc_offset_s = kernel_log_utc_offset_s
+
+    @activity.defn(name="gather_evidence")
+    async def gather_evidence(self, inp: GatherEvidenceInput) -> EvidenceBundle:
+        """Collect the bundle for ``inp.job_id``. Never raises for unreadable sources."""
+        if inp.settle_s > 0:
+            await asyncio.sleep(inp.settle_s)  # let a dying job finish writing its last lines
+        b = EvidenceBundle(trigger=inp.trigger, ip_to_node=self.ip_to_node,
+                           kernel_log_utc_offset_s=self.kernel_log_utc_offset_s)
+        try:
+            b.job = await self.scheduler.get_job(inp.job_id)
+        except JobNotFound:
+            b.notes.append(f"job {inp.job_id} not found in slurmctld (purged after MinJobAge?)")
+        except SchedulerError as e:
+            b.notes.append(f"job record unavailable: {e}")
+        nodes = list(dict.fromkeys((b.job.nodes if b.job and b.job.nodes else []) or inp.nodes))
+        try:
+            all_nodes = await self.scheduler.get_nodes(None)
+            part = b.job.partition if b.job else None
+            b.node_states = {n.name: n.state for n in all_nodes if n.name in nodes}
+            b.partition_size = len([n for n in all_nodes if not part or not n.partitions or part in n.partitions]) or None
+        except SchedulerError as e:
+            b.notes.append(f"node states unavailable: {e}")
+        log_path = inp.log_path or (b.job.std_out if b.job else None)
+        if log_path:
+            b.job_log_source = log_path
+            try:
+                data, _ = read_tail(Path(log_path))
+                lines = decode_lines(data)
+                window = self.evidence_dir / f"{inp.incident_id}.log"
+                window.parent.mkdir(parents=True, exist_ok=True)
+                blob = "\n".join(lines).encode()
+                window.write_bytes(blob)
+                b.log_window_path = str(window)
+                b.log_window_sha256 = hashlib.sha256(blob).hexdigest()
+                window_lines = lines[-inp.window_lines:]
+                if not any(x.startswith("=== attempt") for x in window_lines):
+                    # keep the current attempt's boundary: it dates the attempt for the engine
+                    head = next((x for x in reversed(lines[: -inp.window_lines]) if x.startswith("=== attempt")), None)
+                    if head:
+                        window_lines = [head, *window_lines]
+                b.job_log = "\n".join(window_lines)
+            except OSError as e:
+                b.notes.append(f"job log unreadable: {log_path}: {e.strerror or e}")
+        else:
+            b.notes.append("no job log path known")
+        for node in nodes:
+            b.kernel_logs[node] = self._kernel_lines(node, b.notes)
+        activity.logger.info("evidence for %s: %d log lines, kernel lines %s, notes %s", inp.incident_id,
+                             b.job_log.count("\n") + 1 if b.job_log else 0,
+                             {k: len(v) for k, v in b.kernel_logs.items()}, b.notes)
+        return b
+
+    def _kernel_lines(self, node: str, notes: list[str]) -> list[str]:
+        if not self.kernel_log_template:
+            return []
+        path = Path(self.kernel_log_template.format(node=node))
+        try:
+            data, _ = read_tail(path, 1024 * 1024)
+        except FileNotFoundError:
+            return []
+        except OSError as e:
+            notes.append(f"kernel log of {node} unreadable: {e.strerror or e}")
+            return []
+        return decode_lines(data)[-KERNEL_LINES:]

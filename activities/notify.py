@@ -1,0 +1,34 @@
+"""Notify activity: post an event to the policy's webhooks (``revive.notify``).
+
+Activity name: ``notify``. It never raises for a dead webhook: it returns a ``NotifyResult`` with
+per-URL status, so a broken notifier never blocks recovery. Give it a ``start_to_close_timeout``
+above ``(1 + retries) × timeout_s + backoff`` (e.g. 60 s for the defaults) and
+``RetryPolicy(maximum_attempts=1)`` (retries are already inside).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+from temporalio import activity
+
+from revive.notify import NotifyEvent, NotifyResult, send
+
+
+class NotifyInput(BaseModel):
+    """Input of ``notify``: the event plus the policy's notify settings (seconds)."""
+
+    event: NotifyEvent
+    webhooks: list[str] = Field(default_factory=list)
+    timeout_s: float = 5.0
+    retries: int = 2
+    backoff_s: float = 0.5
+
+
+@activity.defn(name="notify")
+async def notify(inp: NotifyInput) -> NotifyResult:
+    """Send ``inp.event`` to ``inp.webhooks``; never raises (per-URL status in the result)."""
+    res = await send(inp.webhooks, inp.event, inp.timeout_s, inp.retries, inp.backoff_s)
+    for d in res.deliveries:
+        if not d.ok:
+            activity.logger.warning("webhook %s: %s after %d attempt(s)", d.url, d.error, d.attempts)
+    return res

@@ -1,0 +1,196 @@
+"""Act stage: drain, requeue (with or without exclusions), hang diagnostics, the identity check.
+
+Every activity that changes the cluster checks live state first, so a retried activity never acts
+twice (``ActionResult.changed`` is False when nothing was left to do), and checks that the live job
+is still the incident's job before acting.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from revive.errors import JobNotFound, SchedulerCommandError
+from revive.models import (
+    ActionResult,
+    CheckIdentityInput,
+    DiagnoseInput,
+    DrainInput,
+    JobIdentity,
+    JobRecord,
+    ModeInput,
+    RequeueInput,
+)
+from revive.scheduler.base import Scheduler
+
+TERMINAL = {"FAILED", "CANCELLED", "COMPLETED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL", "DEADLINE"}
+
+
+def identity_problem(want: JobIdentity, live: JobRecord) -> str | None:
+    """Why ``live`` is not the incident's job, or None."""
+    if live.job_id != want.job_id:
+        return f"job id {live.job_id} != {want.job_id}"
+    if want.user and live.user and live.user != want.user:
+        return f"user {live.user} != {want.user}"
+    if want.name and live.name and live.name != want.name:
+        return f"name {live.name!r} != {want.name!r}"
+    if live.restart_count < want.restart_count:
+        return f"restart count {live.restart_count} < recorded {want.restart_count} (a different job with a reused id?)"
+    return None
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class RemediationActivities:
+    """Cluster-changing activities. ``scheduler`` is a SlurmCLI (or a RecordingScheduler around it)."""
+
+    def __init__(self, scheduler: Scheduler, arm_release_guard: object | None = None) -> None:
+        self.scheduler = scheduler
+        self.arm_release_guard = arm_release_guard
+        """``async (job_id, after_s) -> pid``: fail-open release of Revive's hold (revive.failopen)."""
+
+    async def _live(self, job: JobIdentity) -> JobRecord:
+        try:
+            live = await self.scheduler.get_job(job.job_id)
+        except JobNotFound as e:
+            raise ApplicationError(str(e), type="JobNotFound", non_retryable=True) from None
+        why = identity_problem(job, live)
+        if why:
+            raise ApplicationError(f"refusing to act: live job is not the incident's job: {why}",
+                                   type="JobIdentityMismatch", non_retryable=True)
+        return live
+
+    @activity.defn(name="check_identity")
+    async def check_identity(self, inp: CheckIdentityInput) -> JobRecord:
+        """The live job record, if it is the incident's job. Raises JobIdentityMismatch/JobNotFound."""
+        return await self._live(inp.job)
+
+    @activity.defn(name="drain_nodes")
+    async def drain_nodes(self, inp: DrainInput) -> ActionResult:
+        """Drain ``inp.nodes`` with ``inp.reason`` unless already drained (never overwrite another
+        drain reason: a node someone else drained stays as it is)."""
+        await self._live(inp.job)
+        current = {n.name: n for n in await self.scheduler.get_nodes(inp.nodes)}
+        todo = [n for n in inp.nodes if not (n in current and current[n].drained)]
+        skipped = [f"{n} ({current[n].reason})" for n in inp.nodes if n not in todo]
+        if not todo:
+            return ActionResult(action="drain", ok=True, changed=False, at=_now(),
+                                detail=f"already drained: {', '.join(skipped)}")
+        try:
+            argv = await self.scheduler.drain_nodes(todo, inp.reason)
+        except SchedulerCommandError as e:
+            raise ApplicationError(str(e), type="SchedulerCommandError", non_retryable=True) from None
+        return ActionResult(action="drain", ok=True, at=_now(), commands=[argv],
+                            detail=f"drained {', '.join(todo)} reason={inp.reason!r}"
+                            + (f"; already drained: {', '.join(skipped)}" if skipped else ""))
+
+    @activity.defn(name="requeue_job")
+    async def requeue_job(self, inp: RequeueInput) -> ActionResult:
+        """Requeue the job (from its last checkpoint: the job resumes by itself).
+
+        - already requeued (restart count above the recorded attempt, or PENDING): only add the
+          exclusions to ``ExcNodeList`` if any; no second requeue;
+        - with exclusions on a live job: requeuehold → ExcNodeList → release, after arming a
+          detached fail-open release;
+        - else a plain ``scontrol requeue``.
+        """
+        live = await self._live(inp.job)
+        cmds: list[list[str]] = []
+        exc = sorted(set(live.exc_nodes) | set(inp.exclude_nodes))
+        try:
+            if live.restart_count > inp.job.restart_count or live.state == "PENDING":
+                if inp.exclude_nodes and set(inp.exclude_nodes) - set(live.exc_nodes):
+                    cmds.append(await self.scheduler.update_job(live.job_id, ExcNodeList=",".join(exc)))
+                    if live.hold:
+                        cmds.append(await self.scheduler.release(live.job_id))
+                    return ActionResult(action="requeue", ok=True, at=_now(), commands=cmds,
+                                        detail=f"job already requeued by Slurm; ExcNodeList={','.join(exc)}")
+                return ActionResult(action="requeue", ok=True, changed=False, at=_now(),
+                                    detail=f"already requeued (state {live.state}, restarts {live.restart_count})")
+            if inp.exclude_nodes:
+                if self.arm_release_guard is not None:
+                    await self.arm_release_guard(live.job_id, inp.hold_release_after_s)  # type: ignore[operator]
+                cmds.append(await self.scheduler.requeue(live.job_id, hold=True))
+                cmds.append(await self.scheduler.update_job(live.job_id, ExcNodeList=",".join(exc)))
+                cmds.append(await self.scheduler.release(live.job_id))
+                detail = f"requeuehold → ExcNodeList={','.join(exc)} → release"
+            else:
+                cmds.append(await self.scheduler.requeue(live.job_id))
+                detail = f"requeued (was {live.state})"
+        except SchedulerCommandError as e:
+            raise ApplicationError(str(e), type="SchedulerCommandError", non_retryable=True) from None
+        return ActionResult(action="requeue", ok=True, at=_now(), commands=cmds, detail=detail)
+
+    @activity.defn(name="diagnose_hang")
+    async def diagnose_hang(self, inp: DiagnoseInput) -> dict[str, str]:
+        """Hang diagnostics: the job record, the last progress line per rank, and a py-spy dump of
+        the job's Python processes on each node (where py-spy runs). Output capped at 16 KB each."""
+        out: dict[str, str] = {}
+        try:
+            out["job"] = (await self.scheduler.get_job(inp.job.job_id)).model_dump_json()[:16384]
+        except Exception as e:  # diagnostics are best effort
+            out["job"] = f"unavailable: {e}"
+        if inp.last_progress:
+            out["last_progress"] = "\n".join(f"{k}: {v}" for k, v in sorted(inp.last_progress.items()))[:16384]
+        for node in inp.nodes:
+            pids = await self._job_pids(inp.job.job_id, node)
+            if not pids:
+                out[f"py-spy {node}"] = "no training process found for this job on the node"
+                continue
+            dumps = []
+            for pid in pids[:4]:
+                try:
+                    rc, text = await self.scheduler.run_on_node(node, ["py-spy", "dump", "--pid", str(pid)], timeout_s=20)
+                except Exception as e:
+                    rc, text = -1, f"{type(e).__name__}: {e}"
+                dumps.append(f"--- pid {pid} (rc {rc})\n{text}")
+            out[f"py-spy {node}"] = "\n".join(dumps)[:16384]
+        return out
+
+    async def _job_pids(self, job_id: str, node: str) -> list[int]:
+        """Python processes of ``job_id`` on ``node``: found via /proc on the local testbed
+        (environment SLURM_JOB_ID + SLURMD_NODENAME), or ``pgrep`` over the node runner."""
+        pids: list[int] = []
+        proc = Path("/proc")
+        for p in proc.iterdir():
+            if not p.name.isdigit():
+                continue
+            try:
+                cmd = (p / "cmdline").read_bytes()
+                if b"python" not in cmd or b"srun" in cmd.split(b"\0")[0]:
+                    continue
+                env = (p / "environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if f"SLURM_JOB_ID={job_id}".encode() in env and f"SLURMD_NODENAME={node}".encode() in env:
+                pids.append(int(p.name))
+        return sorted(pids)
+
+    @activity.defn(name="read_mode")
+    async def read_mode(self, inp: ModeInput) -> str:
+        """The effective mode, read fresh from the policy file (so rolling back to observe applies
+        to running incidents). An unreadable file keeps the snapshot's mode (``fallback``)."""
+        if not inp.policy_path:
+            return inp.fallback
+        from revive.errors import ConfigError
+        from revive.policy import load_policy
+
+        try:
+            return load_policy(inp.policy_path).mode_for(inp.partition).value
+        except ConfigError as e:
+            activity.logger.warning("policy unreadable, keeping %s: %s", inp.fallback, e)
+            return inp.fallback
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    return True

@@ -1,0 +1,339 @@
+#!/usr/bin/env python3
+"""A small but real distributed training job for Revive's demo and tests.
+
+N ranks of ``torch.distributed`` (gloo backend, CPU) train a tiny MLP on
+synthetic data. Every step all-reduces the gradients (one real collective per
+step), so a rank that dies, hangs or slows down is felt by all the others, as
+on a GPU cluster.
+
+Launched by ``srun`` with one task per node (see ``train.sbatch``): the rank and
+world size come from ``SLURM_PROCID`` / ``SLURM_NTASKS``, the node name from
+``SLURMD_NODENAME`` (``hostname`` is the same on every node of the local test
+cluster). All ranks rendezvous on ``MASTER_ADDR=127.0.0.1``; the port is derived
+from ``SLURM_JOB_ID`` and ``SLURM_RESTART_COUNT`` so that a requeued attempt
+never collides with a port the previous attempt may still hold.
+
+Lines printed (one per event, on stdout, flushed), the format Revive's monitor
+parses::
+
+    <ISO time> [rank R host NODE] iteration N/M | loss L | compute_ms C | step_time_ms T
+    <ISO time> [rank 0 host NODE] saving checkpoint at iteration N
+    <ISO time> [rank 0 host NODE] saved checkpoint at iteration N
+    <ISO time> [rank R host NODE] resumed from checkpoint at iteration N
+
+``<ISO time>`` is UTC with milliseconds, e.g. ``2026-11-29T15:04:05.123+00:00``.
+``compute_ms`` excludes the collective (so a slow rank stands out);
+``step_time_ms`` includes it.
+
+Fault injection (fires once per job: a marker file records that it fired; an
+attempt that finds the marker never fires again):
+
+* ``crash``  the rank on ``--fault-node`` SIGKILLs itself at ``--fault-iteration``.
+* ``hang``   the rank on the fault node blocks forever before the collective;
+             the other ranks really wait in it (the gloo timeout is long).
+* ``slow``   the rank on the fault node sleeps ``--slow-factor`` x the step time
+             extra in compute, every iteration from the fault iteration on.
+* ``xid79``  appends an NVIDIA Xid 79 syslog line to the fault node's kern.log
+             (``--kern-log-template``) and the rank fails with
+             ``RuntimeError: CUDA error: unknown error`` (exit 1). These GPU lines
+             are the only simulated text: there is no GPU here.
+
+Without Slurm (tests) set SLURM_PROCID, SLURM_NTASKS, SLURM_JOB_ID and
+SLURMD_NODENAME yourself, or use RANK / WORLD_SIZE.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import sys
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+# Must be set before torch is imported to take effect on its thread pools.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import warnings  # noqa: E402
+
+# The CPU wheel warns at import time when numpy is absent; that is noise in the job log.
+warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+
+FAULT_KINDS = ("none", "crash", "hang", "slow", "xid79")
+CKPT_NAME = "checkpoint.pt"
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+
+# Slurm job ids are < 2^26 by default; 12 000 ports x 8 restarts slots stay below
+# the Linux ephemeral range (32768+), so the rendezvous port never clashes with a
+# client socket the kernel handed out.
+PORT_BASE = 20000
+PORT_SPAN = 12000
+PORT_RESTART_SLOTS = 8
+
+
+def iso_now() -> str:
+    """UTC ISO-8601 time with milliseconds, e.g. 2026-11-29T15:04:05.123+00:00."""
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def syslog_time(t: float) -> str:
+    """Classic syslog (RFC 3164) timestamp in local time, e.g. 'Nov 29 15:04:05', 'Nov  9 15:04:05'."""
+    lt = time.localtime(t)
+    return f"{_MONTHS[lt.tm_mon - 1]} {lt.tm_mday:2d} {lt.tm_hour:02d}:{lt.tm_min:02d}:{lt.tm_sec:02d}"
+
+
+def derive_master_port(job_id: str, restart_count: int) -> int:
+    """Rendezvous port from the job id and the restart count (a requeue gets a new port)."""
+    try:
+        jid = int(job_id)
+    except ValueError:
+        jid = sum(job_id.encode()) if job_id else 0
+    slot = restart_count % PORT_RESTART_SLOTS
+    return PORT_BASE + (jid * PORT_RESTART_SLOTS + slot) % PORT_SPAN
+
+
+def _env_int(*names: str, default: int | None = None) -> int | None:
+    for n in names:
+        v = os.environ.get(n)
+        if v not in (None, ""):
+            return int(v)
+    return default
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description="Tiny torch.distributed (gloo/CPU) training job with fault injection, for Revive.",
+    )
+    p.add_argument("--iterations", type=int, default=1000, help="total iterations M (default: %(default)s)")
+    p.add_argument("--step-seconds", type=float, default=0.5,
+                   help="target compute time per step, padded with sleep (default: %(default)s)")
+    p.add_argument("--ckpt-every", type=int, default=10, help="rank 0 checkpoints every K iterations (default: %(default)s)")
+    p.add_argument("--ckpt-dir", default=os.environ.get("REVIVE_CKPT_DIR"),
+                   help="checkpoint directory, shared by all ranks and attempts (env REVIVE_CKPT_DIR). "
+                        "Use a fresh one per submission: job ids restart at 1 on a fresh cluster.")
+    p.add_argument("--fault", choices=FAULT_KINDS, default="none", help="fault to inject once per job (default: %(default)s)")
+    p.add_argument("--fault-node", default="node2", help="node (SLURMD_NODENAME) whose rank faults (default: %(default)s)")
+    p.add_argument("--fault-iteration", type=int, default=25, help="iteration at which the fault fires (default: %(default)s)")
+    p.add_argument("--fault-marker", default=None,
+                   help="marker file; the fault fires only if it does not exist "
+                        "(default: <ckpt-dir>/fault-<job id>.json)")
+    p.add_argument("--slow-factor", type=float, default=3.0,
+                   help="slow fault: extra compute sleep = factor x step-seconds (default: %(default)s)")
+    p.add_argument("--kern-log-template", default=None,
+                   help="xid79 fault: kern.log path, {node} is replaced by the node name "
+                        "(default: $REVIVE_CLUSTER_DIR/nodes/{node}/kern.log)")
+    p.add_argument("--master-port", type=int, default=_env_int("REVIVE_MASTER_PORT"),
+                   help="rendezvous port (env REVIVE_MASTER_PORT; default: derived from "
+                        "SLURM_JOB_ID and SLURM_RESTART_COUNT)")
+    p.add_argument("--collective-timeout-s", type=float, default=3600.0,
+                   help="gloo timeout; long so that a hang stays a hang (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=1234, help="model init and data seed (default: %(default)s)")
+    args = p.parse_args(argv)
+
+    if not args.ckpt_dir:
+        p.error("--ckpt-dir (or env REVIVE_CKPT_DIR) is required")
+    if args.iterations < 1 or args.ckpt_every < 1 or args.step_seconds < 0:
+        p.error("--iterations and --ckpt-every must be >= 1, --step-seconds >= 0")
+    if args.fault == "xid79" and args.kern_log_template is None:
+        cluster_dir = os.environ.get("REVIVE_CLUSTER_DIR")
+        if not cluster_dir:
+            p.error("--fault xid79 needs --kern-log-template or env REVIVE_CLUSTER_DIR")
+        args.kern_log_template = os.path.join(cluster_dir, "nodes", "{node}", "kern.log")
+    return args
+
+
+class Rank:
+    """Where this process sits in the job, from Slurm's environment."""
+
+    def __init__(self) -> None:
+        rank = _env_int("SLURM_PROCID", "RANK")
+        world = _env_int("SLURM_NTASKS", "WORLD_SIZE")
+        if rank is None or world is None:
+            sys.exit("train.py: SLURM_PROCID/SLURM_NTASKS (or RANK/WORLD_SIZE) must be set; launch with srun")
+        self.rank: int = rank
+        self.world: int = world
+        self.node: str = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+        self.job_id: str = os.environ.get("SLURM_JOB_ID", "local")
+        self.restart: int = _env_int("SLURM_RESTART_COUNT", default=0) or 0
+
+    def say(self, msg: str) -> None:
+        print(f"{iso_now()} [rank {self.rank} host {self.node}] {msg}", flush=True)
+
+
+# ----------------------------------------------------------------- faults --
+
+def claim_fault(marker: Path, info: dict) -> bool:
+    """Atomically create the marker with `info`; False if it already exists (fired before)."""
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    if marker.exists():
+        return False
+    tmp = marker.with_name(f".{marker.name}.{os.getpid()}.tmp")
+    with open(tmp, "w") as f:
+        json.dump(info, f, indent=2)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    try:
+        os.link(tmp, marker)  # atomic, and fails if another process won the race
+        return True
+    except FileExistsError:
+        return False
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def xid79_line(node: str, t: float) -> str:
+    return (f"{syslog_time(t)} {node} kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', "
+            f"name=<unknown>, GPU has fallen off the bus.")
+
+
+def append_kern_log(template: str, node: str, t: float) -> Path:
+    path = Path(template.replace("{node}", node))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        f.write(xid79_line(node, t) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    return path
+
+
+def simulated_cuda_failure() -> None:
+    # What a rank sees after its GPU fell off the bus: the next CUDA call fails.
+    raise RuntimeError("CUDA error: unknown error")
+
+
+# --------------------------------------------------------------- training --
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    me = Rank()
+
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    master_addr = os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    port = args.master_port or derive_master_port(me.job_id, me.restart)
+    os.environ["MASTER_PORT"] = str(port)
+    if master_addr.startswith("127.") or master_addr == "localhost":
+        # all "nodes" are one machine: keep gloo's pairs on loopback whatever `hostname` resolves to
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+
+    ckpt_dir = Path(args.ckpt_dir)
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    ckpt_path = ckpt_dir / CKPT_NAME
+    marker = Path(args.fault_marker) if args.fault_marker else ckpt_dir / f"fault-{me.job_id}.json"
+
+    me.say(f"starting job {me.job_id} restart {me.restart} world_size {me.world} "
+           f"master {master_addr}:{port} iterations {args.iterations} fault {args.fault}"
+           + (f"@{args.fault_node}:{args.fault_iteration}" if args.fault != "none" else ""))
+
+    dist.init_process_group(
+        backend="gloo",
+        init_method=f"tcp://{master_addr}:{port}",
+        rank=me.rank,
+        world_size=me.world,
+        timeout=timedelta(seconds=args.collective_timeout_s),
+    )
+
+    torch.manual_seed(args.seed)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    true_w = torch.linspace(-1.0, 1.0, 16).unsqueeze(1)
+    params = list(model.parameters())
+
+    start_it = 1
+    if ckpt_path.exists():
+        state = torch.load(ckpt_path, map_location="cpu", weights_only=True)
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optim"])
+        done = int(state["iteration"])
+        me.say(f"resumed from checkpoint at iteration {done}")
+        start_it = done + 1
+    # nobody trains (and rank 0 never overwrites the checkpoint) before every rank has loaded it
+    dist.barrier()
+
+    fault_here = args.fault != "none" and me.node == args.fault_node
+    slow_active = False
+
+    for it in range(start_it, args.iterations + 1):
+        t0 = time.perf_counter()
+
+        # ---- compute (local): forward, backward, padded to --step-seconds
+        g = torch.Generator().manual_seed(args.seed * 1_000_003 + it * 1009 + me.rank)
+        x = torch.randn(64, 16, generator=g)
+        y = x @ true_w + 0.01 * torch.randn(64, 1, generator=g)
+        opt.zero_grad(set_to_none=False)
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+
+        if fault_here and it == args.fault_iteration:
+            now = time.time()
+            info = {
+                "kind": args.fault,
+                "time": datetime.fromtimestamp(now, timezone.utc).isoformat(timespec="milliseconds"),
+                "unix_time": now,
+                "node": me.node,
+                "rank": me.rank,
+                "iteration": it,
+                "job_id": me.job_id,
+                "restart_count": me.restart,
+                "pid": os.getpid(),
+            }
+            if claim_fault(marker, info):
+                if args.fault == "crash":
+                    os.kill(os.getpid(), signal.SIGKILL)
+                elif args.fault == "hang":
+                    while True:  # blocked before the collective; the peers wait in it
+                        time.sleep(3600)
+                elif args.fault == "slow":
+                    slow_active = True
+                elif args.fault == "xid79":
+                    append_kern_log(args.kern_log_template, me.node, now)
+                    sys.stdout.flush()
+                    simulated_cuda_failure()
+
+        pad = args.step_seconds - (time.perf_counter() - t0)
+        if slow_active:
+            pad += args.slow_factor * args.step_seconds
+        if pad > 0:
+            time.sleep(pad)
+        t1 = time.perf_counter()
+
+        # ---- the collective: average gradients and loss across ranks (one all_reduce)
+        flat = torch.cat([p.grad.reshape(-1) for p in params] + [loss.detach().reshape(1)])
+        dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+        flat /= me.world
+        off = 0
+        for p in params:
+            n = p.numel()
+            p.grad.copy_(flat[off:off + n].view_as(p))
+            off += n
+        opt.step()
+        t2 = time.perf_counter()
+
+        me.say(f"iteration {it}/{args.iterations} | loss {flat[-1].item():.6f} | "
+               f"compute_ms {(t1 - t0) * 1000:.1f} | step_time_ms {(t2 - t0) * 1000:.1f}")
+
+        if me.rank == 0 and (it % args.ckpt_every == 0 or it == args.iterations):
+            me.say(f"saving checkpoint at iteration {it}")
+            tmp = ckpt_dir / f".{CKPT_NAME}.{os.getpid()}.tmp"
+            with open(tmp, "wb") as f:
+                torch.save({"model": model.state_dict(), "optim": opt.state_dict(), "iteration": it,
+                            "world_size": me.world, "job_id": me.job_id}, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, ckpt_path)
+            me.say(f"saved checkpoint at iteration {it}")
+
+    dist.barrier()
+    me.say(f"training complete at iteration {args.iterations}")
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,230 @@
+"""Load a case folder (or a plain log file) into an ``EvidenceBundle``.
+
+Case folder layout (tests/data/cases/README.md):
+    job.log            the job's stdout/stderr (ranks interleaved)
+    dmesg.log          kernel lines; a line without a syslog host belongs to the first job node
+    dmesg.<node>.log   kernel lines of <node> (also kern.log / kern.<node>.log)
+    slurm.json         {"job_id", "nodes", "state", "exit_code", "reason", "time_limit", "elapsed", ...}
+    gpu_metrics.csv    nvidia-smi --query-gpu CSV samples
+    trigger.json       optional: a ``Trigger`` (Revive's own cases)
+    bundle.json        optional: extra ``EvidenceBundle`` fields (node_states, ip_to_node, ...)
+
+Never raises on unreadable or binary input: the problem is written to ``bundle.notes``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from datetime import datetime, timezone
+from pathlib import Path
+
+from revive.models import EvidenceBundle, GpuSample, JobRecord, Trigger
+
+MAX_LINE = 4096
+MAX_LOG_BYTES = 64 << 20
+
+_NODE_RANGE = re.compile(r"^(?P<prefix>[^\[]*)\[(?P<body>[^\]]+)\](?P<suffix>.*)$")
+
+
+def expand_nodelist(spec: str | list[str] | None) -> list[str]:
+    """``gpu-node-[001-003,007]`` → names. Lists pass through."""
+    if spec is None:
+        return []
+    if isinstance(spec, list):
+        out: list[str] = []
+        for s in spec:
+            out.extend(expand_nodelist(str(s)))
+        return out
+    parts: list[str] = []
+    depth, cur = 0, ""
+    for ch in spec:
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+            continue
+        depth += ch == "["
+        depth -= ch == "]"
+        cur += ch
+    parts.append(cur)
+    out = []
+    for p in (x.strip() for x in parts if x.strip()):
+        m = _NODE_RANGE.match(p)
+        if not m:
+            out.append(p)
+            continue
+        for item in m.group("body").split(","):
+            if "-" in item:
+                a, b = item.split("-", 1)
+                if a.isdigit() and b.isdigit() and int(b) - int(a) < 100000:
+                    w = len(a)
+                    out.extend(f"{m.group('prefix')}{i:0{w}d}{m.group('suffix')}" for i in range(int(a), int(b) + 1))
+                    continue
+            out.append(f"{m.group('prefix')}{item}{m.group('suffix')}")
+    return out
+
+
+def _read_text(path: Path, notes: list[str]) -> str:
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        notes.append(f"{path.name} unreadable: {exc}")
+        return ""
+    if len(data) > MAX_LOG_BYTES:
+        notes.append(f"{path.name}: {len(data)} bytes, kept the last {MAX_LOG_BYTES}")
+        data = data[-MAX_LOG_BYTES:]
+        data = data[data.find(b"\n") + 1:]
+    sample = data[:65536]
+    if sample:
+        bad = sum(1 for b in sample if b < 9 or 13 < b < 32)
+        if b"\x00" in sample and bad > len(sample) * 0.1:
+            notes.append(f"{path.name} looks binary ({bad} control bytes in the first {len(sample)}); not read")
+            return ""
+    text = data.decode("utf-8", "replace")
+    if "\x00" in text:
+        text = text.replace("\x00", "")
+    if "\ufffd" in text:
+        notes.append(f"{path.name}: invalid UTF-8 replaced")
+    lines = text.split("\n")
+    if any(len(line) > MAX_LINE for line in lines):
+        notes.append(f"{path.name}: lines longer than {MAX_LINE} characters were capped")
+        text = "\n".join(line if len(line) <= MAX_LINE else line[:MAX_LINE] for line in lines)
+    return text
+
+
+def _job_record(path: Path, notes: list[str]) -> tuple[JobRecord | None, dict]:
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8", errors="replace"))
+    except (OSError, ValueError) as exc:
+        notes.append(f"{path.name} unreadable: {exc}")
+        return None, {}
+    if not isinstance(raw, dict):
+        notes.append(f"{path.name}: not a JSON object")
+        return None, {}
+    try:
+        rec = dict(raw)
+        rec["job_id"] = str(rec.get("job_id", "unknown"))
+        rec["nodes"] = expand_nodelist(rec.get("nodes") or rec.get("nodelist"))
+        if isinstance(rec.get("state"), list):
+            rec["state"] = rec["state"][0] if rec["state"] else "UNKNOWN"
+        if rec.get("exit_code") is not None:
+            rec["exit_code"] = str(rec["exit_code"])
+        for k in ("time_limit", "elapsed", "reason"):
+            if rec.get(k) is not None:
+                rec[k] = str(rec[k])
+        return JobRecord.model_validate(rec), raw
+    except Exception as exc:  # pydantic ValidationError and friends
+        notes.append(f"{path.name}: invalid job record: {exc}"[:300])
+        return None, raw
+
+
+_UNIT = re.compile(r"^\s*(-?[0-9.]+)\s*(?:%|MiB|W|MHz|C|GiB|KiB|B)?\s*$")
+
+
+def _gpu_metrics(path: Path, notes: list[str]) -> list[GpuSample]:
+    text = _read_text(path, notes)
+    out: list[GpuSample] = []
+    try:
+        reader = csv.reader(io.StringIO(text))
+        header = None
+        for row in reader:
+            if not row:
+                continue
+            if header is None:
+                header = [h.strip().lower() for h in row]
+                continue
+            d = {h: (row[i].strip() if i < len(row) else "") for i, h in enumerate(header)}
+            s = GpuSample()
+            for k, v in d.items():
+                key = k.split(" [")[0]
+                if key in ("timestamp", "time"):
+                    s.timestamp = _parse_time(v)
+                elif key == "index":
+                    s.index = int(v) if v.isdigit() else None
+                elif key in ("uuid", "gpu_uuid"):
+                    s.uuid = v or None
+                elif key in ("pci.bus_id", "pci_bus_id", "bus_id"):
+                    s.pci_bus_id = v.lower() or None
+                elif key in ("node", "host", "hostname"):
+                    s.node = v or None
+                else:
+                    m = _UNIT.match(v)
+                    s.metrics[key] = float(m.group(1)) if m else v
+            out.append(s)
+    except Exception as exc:  # csv.Error, ValueError
+        notes.append(f"{path.name}: unparsable CSV: {exc}"[:300])
+    return out
+
+
+def _parse_time(v: str) -> datetime | None:
+    for fmt in ("%Y/%m/%d %H:%M:%S.%f", "%Y/%m/%d %H:%M:%S", "%Y-%m-%d %H:%M:%S.%f", "%Y-%m-%d %H:%M:%S"):
+        try:
+            return datetime.strptime(v, fmt).replace(tzinfo=timezone.utc)
+        except ValueError:
+            continue
+    try:
+        d = datetime.fromisoformat(v.replace("Z", "+00:00"))
+        return d if d.tzinfo else d.replace(tzinfo=timezone.utc)
+    except ValueError:
+        return None
+
+
+def _kernel_lines(path: Path, notes: list[str]) -> list[str]:
+    text = _read_text(path, notes)
+    return [line for line in text.split("\n") if line.strip()]
+
+
+def load_case(path: Path | str) -> EvidenceBundle:
+    """Case folder or plain log file → ``EvidenceBundle``. Never raises."""
+    p = Path(path)
+    notes: list[str] = []
+    try:
+        if p.is_file():
+            text = _read_text(p, notes)
+            return EvidenceBundle(job_log=text, job_log_source=p.name, notes=notes)
+        if not p.is_dir():
+            return EvidenceBundle(notes=[f"{p}: no such file or folder"])
+        job = None
+        raw: dict = {}
+        sj = p / "slurm.json"
+        if sj.exists():
+            job, raw = _job_record(sj, notes)
+        job_log = ""
+        jl = p / "job.log"
+        if jl.exists():
+            job_log = _read_text(jl, notes)
+        else:
+            notes.append("job.log missing")
+        kernel: dict[str, list[str]] = {}
+        for f in sorted(p.iterdir()):
+            name = f.name
+            for stem in ("dmesg", "kern"):
+                if name == f"{stem}.log":
+                    kernel.setdefault("", []).extend(_kernel_lines(f, notes))
+                elif name.startswith(f"{stem}.") and name.endswith(".log"):
+                    node = name[len(stem) + 1:-4]
+                    kernel.setdefault(node, []).extend(_kernel_lines(f, notes))
+        gpu = _gpu_metrics(p / "gpu_metrics.csv", notes) if (p / "gpu_metrics.csv").exists() else []
+        bundle = EvidenceBundle(job_log=job_log, kernel_logs=kernel, job=job, gpu_metrics=gpu, notes=notes,
+                                node_states={str(k): str(v) for k, v in (raw.get("node_states") or {}).items()}
+                                if isinstance(raw.get("node_states"), dict) else {})
+        tj = p / "trigger.json"
+        if tj.exists():
+            try:
+                bundle.trigger = Trigger.model_validate_json(tj.read_text(encoding="utf-8"))
+            except Exception as exc:
+                notes.append(f"trigger.json invalid: {exc}"[:300])
+        bj = p / "bundle.json"
+        if bj.exists():
+            try:
+                extra = json.loads(bj.read_text(encoding="utf-8"))
+                merged = bundle.model_dump()
+                merged.update(extra)
+                bundle = EvidenceBundle.model_validate(merged)
+            except Exception as exc:
+                notes.append(f"bundle.json invalid: {exc}"[:300])
+        return bundle
+    except Exception as exc:  # last resort: a bundle with a note, never an exception
+        return EvidenceBundle(notes=notes + [f"{p}: could not load case: {type(exc).__name__}: {exc}"[:300]])

@@ -1,0 +1,357 @@
+"""``revive``: the operator's command line (typer).
+
+Commands talk to Temporal with the pydantic converter; approve/reject send the ``decide`` Update,
+so a refused decision (unknown incident, not awaiting approval, approver not allowed) is reported
+with a non-zero exit. Short-lived Temporal clients can crash at interpreter exit (sdk-python #300),
+so ``main`` ends with ``os._exit``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Revive: keeps distributed training runs alive.")
+policy_app = typer.Typer(no_args_is_help=True, help="Recovery policy files.")
+node_app = typer.Typer(no_args_is_help=True, help="Node return to service.")
+app.add_typer(policy_app, name="policy")
+app.add_typer(node_app, name="node")
+console = Console()
+err = Console(stderr=True)
+
+DEFAULT_CONFIG = "/tmp/revive-cluster/cluster.yaml"
+ConfigOpt = Annotated[str, typer.Option("--config", "-c", envvar="REVIVE_CONFIG", help="cluster config YAML")]
+
+
+class Fail(Exception):
+    def __init__(self, msg: str, code: int = 1) -> None:
+        super().__init__(msg)
+        self.code = code
+
+
+def _cfg(path: str):
+    from revive.config import load_cluster_config
+
+    return load_cluster_config(path)
+
+
+def _run(coro):
+    return asyncio.run(coro)
+
+
+async def _client(config: str, identity: str):
+    from revive.temporal import connect
+
+    return await connect(_cfg(config).temporal, identity=identity)
+
+
+@app.command()
+def worker(config: ConfigOpt = DEFAULT_CONFIG) -> None:
+    """Run the Temporal worker (workflows + activities) for a cluster."""
+    from worker.main import run_worker
+
+    _run(run_worker(_cfg(config)))
+
+
+@app.command()
+def monitor(
+    config: ConfigOpt = DEFAULT_CONFIG,
+    policy: Annotated[Optional[str], typer.Option(help="policy YAML (default: built-in, observe mode)")] = None,
+    ui: Annotated[Optional[str], typer.Option(help="Web UI base URL for incident links")] = None,
+) -> None:
+    """Watch opted-in jobs and open incidents."""
+    from revive.policy import load_policy
+    from worker.monitor import run_monitor
+
+    _run(run_monitor(_cfg(config), load_policy(policy), policy_path=policy, ui_base=ui))
+
+
+@app.command()
+def server(
+    port: int = 7233, ui_port: int = 8233, db: str = "/tmp/revive-temporal/temporal.db",
+    ip: str = "127.0.0.1",
+) -> None:
+    """Run the embedded Temporal dev server (SQLite + Web UI) in the foreground."""
+    import subprocess
+
+    from revive import search_attributes as sa
+    from revive.temporal import temporal_cli_path
+
+    Path(db).parent.mkdir(parents=True, exist_ok=True)
+    argv = [temporal_cli_path(), "server", "start-dev", "--ip", ip, "--port", str(port), "--ui-port", str(ui_port),
+            "--db-filename", db]
+    for k in sa.ALL:
+        kind = "KeywordList" if k.name == "ReviveNodes" else "Keyword"
+        argv += ["--search-attribute", f"{k.name}={kind}"]
+    raise SystemExit(subprocess.call(argv))
+
+
+async def _decide(config: str, incident: str, decision: str, approver: str, note: str | None) -> str:
+    from temporalio.client import WorkflowUpdateFailedError
+    from temporalio.service import RPCError, RPCStatusCode
+
+    from revive.models import Decision
+
+    client = await _client(config, f"revive-cli:{approver}")
+    h = client.get_workflow_handle(incident)
+    try:
+        await h.describe()
+    except RPCError as e:
+        if e.status == RPCStatusCode.NOT_FOUND:
+            raise Fail(f"no incident {incident!r} (list them with: revive incidents)", 2) from None
+        raise
+    try:
+        return await h.execute_update("decide", Decision(decision=decision, approver=approver, note=note), result_type=str)
+    except WorkflowUpdateFailedError as e:
+        raise Fail(f"{decision} refused: {e.cause.message if e.cause else e}", 3) from None
+    except RPCError as e:
+        raise Fail(f"{decision} refused: {e.message}", 3) from None
+
+
+@app.command()
+def approve(
+    incident: str,
+    approver: Annotated[str, typer.Option("--as", help="who approves (recorded in history)")] = "",
+    note: Optional[str] = None,
+    config: ConfigOpt = DEFAULT_CONFIG,
+) -> None:
+    """Approve an incident's proposed plan."""
+    console.print(_run(_decide(config, incident, "approve", approver or os.environ.get("USER", ""), note)))
+
+
+@app.command()
+def reject(
+    incident: str,
+    approver: Annotated[str, typer.Option("--as", help="who rejects (recorded in history)")] = "",
+    note: Optional[str] = None,
+    config: ConfigOpt = DEFAULT_CONFIG,
+) -> None:
+    """Reject an incident's proposed plan (nothing runs)."""
+    console.print(_run(_decide(config, incident, "reject", approver or os.environ.get("USER", ""), note)))
+
+
+@app.command()
+def incidents(
+    config: ConfigOpt = DEFAULT_CONFIG,
+    state: Annotated[Optional[str], typer.Option(help="filter by ReviveState")] = None,
+    job: Annotated[Optional[str], typer.Option(help="filter by job id")] = None,
+    limit: int = 50,
+) -> None:
+    """List incidents (from Temporal visibility)."""
+    async def go() -> list:
+        client = await _client(config, "revive-cli")
+        q = "WorkflowType='IncidentWorkflow'"
+        if state:
+            q += f" AND ReviveState='{state}'"
+        if job:
+            q += f" AND ReviveJobId='{job}'"
+        rows = []
+        async for wf in client.list_workflows(q, limit=limit):
+            sa = wf.typed_search_attributes
+            get = lambda name: next((p.value for p in sa if p.key.name == name), None)  # noqa: E731
+            rows.append((wf.id, get("ReviveJobId"), get("ReviveCategory"), get("ReviveState"), get("ReviveMode"),
+                         ",".join(get("ReviveNodes") or []), wf.start_time.strftime("%Y-%m-%d %H:%M:%S")))
+        return rows
+
+    t = Table("incident", "job", "category", "state", "mode", "nodes", "started (UTC)")
+    for r in _run(go()):
+        t.add_row(*[str(x) if x is not None else "" for x in r])
+    console.print(t)
+
+
+@app.command()
+def show(incident: str, config: ConfigOpt = DEFAULT_CONFIG) -> None:
+    """Timeline of an incident: its history events (the audit log) and its current status."""
+    async def go() -> None:
+        from temporalio.service import RPCError
+
+        client = await _client(config, "revive-cli")
+        h = client.get_workflow_handle(incident)
+        try:
+            desc = await h.describe()
+        except RPCError:
+            raise Fail(f"no incident {incident!r}", 2) from None
+        console.print(f"[bold]{incident}[/] — {desc.status.name if desc.status else '?'}")
+        from revive.timeline import timeline
+
+        for ts, what in await timeline(h):
+            console.print(f"  {ts}  {what}")
+
+    _run(go())
+
+
+@app.command()
+def classify(
+    paths: Annotated[list[Path], typer.Argument(help="case folders or log files")],
+    as_json: Annotated[bool, typer.Option("--json", help="one JSON object per path, one per line")] = False,
+) -> None:
+    """Attribute failure logs offline (case folder: job.log, dmesg*.log, slurm.json, gpu_metrics.csv)."""
+    from revive.attribution.cases import load_case
+    from revive.attribution.engine import attribute
+
+    t = Table("path", "category", "domain", "culprit nodes", "ranks", "action", "conf", "root event")
+    for p in paths:
+        if not p.exists():
+            raise Fail(f"{p}: no such file or folder", 2)
+        a = attribute(load_case(p))
+        if as_json:
+            sys.stdout.write(json.dumps({"path": str(p), **a.model_dump(mode="json")}) + "\n")
+        else:
+            t.add_row(str(p), a.category.value, a.domain.value, ",".join(a.culprit_nodes) or "-",
+                      ",".join(map(str, a.culprit_ranks)) or "-", a.action.value, f"{a.confidence:.2f}",
+                      (a.root_event.text[:80] if a.root_event else "-"))
+    if not as_json:
+        console.print(t)
+
+
+@policy_app.command("check")
+def policy_check(file: Path) -> None:
+    """Validate a policy file and print the effective settings."""
+    from revive.policy import load_policy
+
+    pol = load_policy(file)
+    console.print_json(pol.model_dump_json())
+
+
+@node_app.command("resume")
+def node_resume(
+    node: str,
+    config: ConfigOpt = DEFAULT_CONFIG,
+    health_cmd: Annotated[Optional[str], typer.Option(help="health check command (exit 0 = healthy)")] = None,
+    policy: Optional[str] = None,
+) -> None:
+    """Health-check a node and resume it — only if Revive drained it."""
+    import shlex
+
+    from revive.health import resume_node
+    from revive.policy import load_policy
+    from revive.scheduler.runners import LocalRunner
+    from revive.scheduler.slurm_cli import SlurmCLI
+
+    cfg = _cfg(config)
+    ok, msg = _run(resume_node(SlurmCLI.from_config(cfg), LocalRunner(slurm_conf=cfg.slurm_conf), node,
+                               shlex.split(health_cmd) if health_cmd else None, load_policy(policy)))
+    console.print(msg)
+    if not ok:
+        raise Fail(msg, 1)
+
+
+@app.command()
+def explain(incident: str, config: ConfigOpt = DEFAULT_CONFIG) -> None:
+    """Evidence → attribution → rule → action → outcome, from the incident's audit record."""
+    from revive.backtest import explain as explain_text
+
+    cfg = _cfg(config)
+    rec = _audit_record(Path(cfg.audit_file), incident)
+    from revive.models import AuditRecord
+
+    r = AuditRecord.model_validate(rec)
+    console.print(explain_text(r.result, r.attribution, r.plan))
+
+
+def _audit_record(path: Path, incident: str) -> dict:
+    if not path.exists():
+        raise Fail(f"audit file {path} does not exist yet", 2)
+    for line in path.read_text().splitlines():
+        try:
+            d = json.loads(line)
+        except ValueError:
+            continue
+        if d.get("incident_id") == incident:
+            return d
+    raise Fail(f"no closed incident {incident!r} in {path}", 2)
+
+
+@app.command()
+def backtest(
+    policy: Annotated[Path, typer.Option(help="candidate policy YAML")],
+    config: ConfigOpt = DEFAULT_CONFIG,
+    since: Annotated[Optional[str], typer.Option(help="only incidents closed at/after this ISO time")] = None,
+) -> None:
+    """Re-decide recorded incidents with a candidate policy and print where it differs."""
+    from revive.backtest import backtest as run_backtest
+    from revive.policy import load_policy
+
+    cfg = _cfg(config)
+    path = Path(cfg.audit_file)
+    recs = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+    if since:
+        recs = [r for r in recs if (r.get("result", {}).get("closed_at") or "") >= since]
+    diffs = run_backtest(recs, load_policy(policy))
+    console.print(f"{len(recs)} incidents, {len(diffs)} differ")
+    for d in diffs:
+        console.print(f"  {d}")
+
+
+@app.command()
+def replay(files: list[Path]) -> None:
+    """Replay exported incident histories (``temporal workflow show -w ID --output json``) against
+    the current workflow code; non-zero exit when any history no longer replays."""
+    from revive.replay import replay_files
+
+    failures = _run(replay_files(files))
+    for f, e in failures.items():
+        err.print(f"[red]FAIL[/] {f}: {e}")
+    if failures:
+        raise Fail(f"{len(failures)} of {len(files)} histories do not replay", 1)
+    console.print(f"{len(files)} histories replay cleanly")
+
+
+@app.command()
+def demo(
+    fault: Annotated[str, typer.Option(help="xid79 | crash | hang")] = "xid79",
+    interactive: Annotated[bool, typer.Option(help="wait for a person to approve")] = False,
+    keep: Annotated[bool, typer.Option(help="leave everything running afterwards")] = False,
+) -> None:
+    """A real recovery on the local cluster: submit, inject a fault, detect, attribute, approve, act, verify."""
+    from revive.demo import run_demo
+
+    rc = run_demo(fault=fault, interactive=interactive, keep=keep)
+    raise typer.Exit(rc)
+
+
+def main() -> None:
+    """Entry point: runs the typer app, turns ``Fail``/ReviveError into messages, exits via os._exit."""
+    from revive.errors import ReviveError
+
+    code = 0
+    try:
+        app(standalone_mode=False)
+    except Fail as e:
+        err.print(f"[red]error:[/] {e}")
+        code = e.code
+    except ReviveError as e:
+        err.print(f"[red]error:[/] {e}")
+        code = 2
+    except RuntimeError as e:
+        err.print(f"[red]error:[/] {e}")
+        code = 2
+    except typer.Exit as e:
+        code = e.exit_code
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except (typer.Abort, KeyboardInterrupt):
+        code = 130
+    except Exception as e:  # click usage errors and the like
+        import click
+
+        if isinstance(e, click.ClickException):
+            e.show()
+            code = e.exit_code
+        else:
+            raise
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    main()

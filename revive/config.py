@@ -1,0 +1,202 @@
+"""Cluster configuration: one YAML file per cluster → :class:`ClusterConfig`.
+
+Example (``scripts/cluster-up.sh`` writes one like it for the local testbed)::
+
+    name: local
+    slurm_conf: /tmp/revive-cluster/etc/slurm.conf
+    scheduler:
+      mode: local                      # local | ssh
+      # ssh: {host: login1, user: revive, port: 22, known_hosts: ~/.ssh/known_hosts,
+      #       key_file: /etc/revive/id_ed25519}          # or key_env: REVIVE_SSH_KEY
+      rest: {url: "http://127.0.0.1:6820", user: root, token_file: /tmp/revive-cluster/run/jwt.token}
+    logs: {poll_interval_s: 0.5}
+    kernel_log:
+      path_template: /tmp/revive-cluster/nodes/{node}/kern.log
+      # or: command: [journalctl, -k, -o, short-iso, --no-pager], over_ssh: true
+    temporal: {address: "127.0.0.1:7233", namespace: default}
+    audit_file: /tmp/revive-cluster/audit.jsonl
+    state_dir: /tmp/revive-cluster/revive-state
+    partitions: [debug]
+
+Secrets (SSH key, REST token, TLS key) are referenced by file path or environment variable
+name, never inlined: the models reject fields that look like inline secrets, and the secret
+values are only read by :meth:`SecretRef`-style helpers at use time (never put into a workflow).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from revive.errors import ConfigError
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _read_secret(file: str | None, env: str | None, what: str) -> str:
+    if file:
+        try:
+            return Path(file).expanduser().read_text().strip()
+        except OSError as e:
+            raise ConfigError(f"{what}: cannot read secret file {file}: {e.strerror}") from e
+    if env:
+        value = os.environ.get(env)
+        if not value:
+            raise ConfigError(f"{what}: environment variable {env} is not set")
+        return value.strip()
+    raise ConfigError(f"{what}: no secret configured")
+
+
+class SSHAccess(_Model):
+    """SSH to a login node (scheduler commands) and, for ``run_on_node``, to compute nodes."""
+
+    host: str
+    user: str | None = None
+    port: int = Field(default=22, ge=1, le=65535)
+    known_hosts: str | None = None
+    """Path to a known_hosts file. ``None`` uses asyncssh's default (~/.ssh/known_hosts)."""
+    key_file: str | None = None
+    """Path to the private key."""
+    key_env: str | None = None
+    """Name of an environment variable holding the private key (PEM/OpenSSH text)."""
+    connect_timeout_s: float = 10.0
+
+    def private_key(self) -> str | None:
+        """The key text from ``key_env`` (``None`` when ``key_file`` or the agent is used)."""
+        if self.key_env:
+            return _read_secret(None, self.key_env, "scheduler.ssh.key_env")
+        return None
+
+
+class RestAccess(_Model):
+    """slurmrestd (reads only; 22.05 REST cannot drain/resume/requeue)."""
+
+    url: str
+    user: str = "root"
+    token_file: str | None = None
+    token_env: str | None = None
+    api_version: str = "v0.0.38"
+
+    @model_validator(mode="after")
+    def _one_token_source(self) -> RestAccess:
+        if bool(self.token_file) == bool(self.token_env):
+            raise ValueError("exactly one of token_file or token_env is required")
+        return self
+
+    def token(self) -> str:
+        return _read_secret(self.token_file, self.token_env, "scheduler.rest")
+
+
+class SchedulerAccess(_Model):
+    mode: Literal["local", "ssh"] = "local"
+    ssh: SSHAccess | None = None
+    rest: RestAccess | None = None
+    command_timeout_s: float = Field(default=30.0, gt=0)
+
+    @model_validator(mode="after")
+    def _ssh_needs_host(self) -> SchedulerAccess:
+        if self.mode == "ssh" and self.ssh is None:
+            raise ValueError("mode 'ssh' needs an 'ssh' section (host, user, key_file|key_env)")
+        return self
+
+
+class LogSource(_Model):
+    """How the monitor reads job logs (the StdOut path from ``scontrol show job``)."""
+
+    poll_interval_s: float = Field(default=0.5, gt=0, le=0.5)
+    over_ssh: bool = False
+    """Read the log over SSH (a login node with the shared file system) instead of locally."""
+    offsets_file: str | None = None
+    """Where tail offsets are cached; default ``<state_dir>/offsets.json``."""
+
+
+class KernelLogSource(_Model):
+    """Per-node kernel log: a path template (``{node}`` is replaced) or a command."""
+
+    path_template: str | None = None
+    command: list[str] | None = None
+    """argv; ``{node}`` in any element is replaced. Run locally, or on the node over SSH."""
+    over_ssh: bool = False
+
+    @model_validator(mode="after")
+    def _one_source(self) -> KernelLogSource:
+        if bool(self.path_template) == bool(self.command):
+            raise ValueError("exactly one of path_template or command is required")
+        if self.path_template and "{node}" not in self.path_template:
+            raise ValueError("path_template must contain '{node}'")
+        return self
+
+    def path_for(self, node: str) -> str | None:
+        return self.path_template.replace("{node}", node) if self.path_template else None
+
+    def command_for(self, node: str) -> list[str] | None:
+        return [a.replace("{node}", node) for a in self.command] if self.command else None
+
+
+class TemporalTLS(_Model):
+    cert_file: str
+    key_file: str
+    ca_file: str | None = None
+
+
+class TemporalConfig(_Model):
+    address: str = "127.0.0.1:7233"
+    namespace: str = "default"
+    task_queue: str = "revive"
+    tls: TemporalTLS | None = None
+
+
+class ClusterConfig(_Model):
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    slurm_conf: str | None = None
+    """``SLURM_CONF`` for the CLI (local mode); ``None`` = Slurm's default."""
+    scheduler: SchedulerAccess = Field(default_factory=SchedulerAccess)
+    logs: LogSource = Field(default_factory=LogSource)
+    kernel_log: KernelLogSource | None = None
+    temporal: TemporalConfig = Field(default_factory=TemporalConfig)
+    audit_file: str
+    state_dir: str
+    ip_to_node: dict[str, str] = Field(default_factory=dict)
+    partitions: list[str] | None = None
+    """Opt-in allowlist: every job in these partitions is watched. ``None``: only jobs that
+    opt in through their ``--comment`` JSON."""
+    local_testbed: bool = False
+    """All nodes are ``slurmd -N`` processes on this machine (scripts/cluster-up.sh):
+    ``run_on_node`` runs the command locally with ``SLURMD_NODENAME=<node>``."""
+
+
+def _field_path(loc: tuple) -> str:
+    return ".".join(str(p) for p in loc) or "<root>"
+
+
+def parse_cluster_config(data: object, source: str = "<config>") -> ClusterConfig:
+    """Validate an already-loaded mapping. Raises :class:`ConfigError` naming the field."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a mapping at the top level, got {type(data).__name__}")
+    try:
+        return ClusterConfig.model_validate(data)
+    except ValidationError as e:
+        problems = []
+        for err in e.errors():
+            problems.append(f"{_field_path(err['loc'])}: {err['msg']}")
+        raise ConfigError(f"{source}: invalid cluster config: " + "; ".join(problems)) from None
+
+
+def load_cluster_config(path: str | os.PathLike[str]) -> ClusterConfig:
+    """Read and validate a cluster config YAML file. Raises :class:`ConfigError`."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise ConfigError(f"cluster config {p}: cannot read: {e.strerror}") from e
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"cluster config {p}: not valid YAML: {e}") from e
+    return parse_cluster_config(data, source=str(p))

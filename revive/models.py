@@ -1,0 +1,469 @@
+"""Pydantic payloads shared by the monitor, workflows, activities, runbooks and the CLI.
+
+Everything here is pure data: it is passed through the Temporal workflow sandbox, so this module
+imports nothing but the standard library and pydantic. Durations are ``timedelta`` (or seconds
+where the field name says ``_s``); instants are timezone-aware ``datetime`` in UTC.
+
+Stage map (the folder names follow it): detect (``Trigger``) → attribute (``EvidenceBundle`` →
+``Attribution``) → decide (``Plan``, ``Decision``) → act (``ActionResult``) → verify
+(``VerifyResult``) → close (``IncidentResult``).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Category(StrEnum):
+    """What failed: the root cause when the evidence shows it, otherwise the symptom."""
+
+    crash = "crash"
+    hang = "hang"
+    nccl_error = "nccl_error"
+    cuda_error = "cuda_error"
+    gpu_hardware = "gpu_hardware"
+    gpu_memory_ecc = "gpu_memory_ecc"
+    nvlink = "nvlink"
+    oom_gpu = "oom_gpu"
+    oom_host = "oom_host"
+    straggler = "straggler"
+    io_error = "io_error"
+    app_bug = "app_bug"
+    node_failure = "node_failure"
+    preempted = "preempted"
+    timeout = "timeout"
+    none = "none"
+
+
+class Domain(StrEnum):
+    """Whose fault it is. ``unknown`` when the evidence does not settle it (never a guess)."""
+
+    hardware = "hardware"
+    system = "system"
+    application = "application"
+    unknown = "unknown"
+
+
+class Action(StrEnum):
+    """Recovery actions, from least to most invasive for the cluster.
+
+    - ``restart_in_place``: requeue the job as it is (no node excluded).
+    - ``requeue_exclude_nodes``: requeue with the culprit nodes in ``ExcNodeList`` (no drain).
+    - ``drain_and_requeue``: drain the culprit nodes (reason ``revive:<incident> <category>``), then
+      requeue; Slurm never schedules on a drained node.
+    - ``stop_no_retry``: a deterministic failure; requeueing only repeats it.
+    - ``escalate``: conflicting evidence; a person decides.
+    - ``none``: healthy, nothing to do.
+    """
+
+    restart_in_place = "restart_in_place"
+    requeue_exclude_nodes = "requeue_exclude_nodes"
+    drain_and_requeue = "drain_and_requeue"
+    stop_no_retry = "stop_no_retry"
+    escalate = "escalate"
+    none = "none"
+
+
+class TriggerKind(StrEnum):
+    log_signature = "log_signature"
+    no_progress = "no_progress"
+    job_state = "job_state"
+
+
+class Trigger(BaseModel):
+    """What made the monitor open an incident (the detect stage's output)."""
+
+    kind: TriggerKind
+    at: datetime
+    """When the monitor saw it (UTC)."""
+    signature_id: str | None = None
+    """Catalog id of the matched root signature (``log_signature``)."""
+    text: str | None = None
+    """The triggering line, capped at 4 KB."""
+    source: str | None = None
+    """Path or stream the line came from."""
+    line_no: int | None = None
+    since: datetime | None = None
+    """``no_progress``: time of the last progress line."""
+    threshold_s: float | None = None
+    """``no_progress``: the silence threshold in seconds that was exceeded."""
+    state_from: str | None = None
+    """``job_state``: previous Slurm job state, e.g. ``RUNNING``."""
+    state_to: str | None = None
+    """``job_state``: new Slurm job state, e.g. ``FAILED``, ``NODE_FAIL``, ``TIMEOUT``."""
+    reason: str | None = None
+
+
+class Event(BaseModel):
+    """One cited line of evidence."""
+
+    source: str
+    """``job.log``, ``kern.log:<node>``, ``slurm``, ``gpu_metrics`` …"""
+    line_no: int | None = None
+    """1-based line number within ``source``."""
+    timestamp: datetime | None = None
+    text: str
+    """The line, capped at 4 KB."""
+    signature_id: str | None = None
+
+
+class JobRecord(BaseModel):
+    """A Slurm job as ``scontrol show job -o`` (or slurmrestd) reports it."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    job_id: str
+    name: str | None = None
+    user: str | None = None
+    state: str = "UNKNOWN"
+    """Base state without flags, e.g. ``RUNNING``, ``PENDING``, ``FAILED``, ``NODE_FAIL``."""
+    reason: str | None = None
+    exit_code: str | None = None
+    """``<exit>:<signal>`` as Slurm prints it."""
+    nodes: list[str] = Field(default_factory=list)
+    """Expanded node names (``node[1-2]`` → ``node1``, ``node2``)."""
+    partition: str | None = None
+    restart_count: int = 0
+    submit_time: datetime | None = None
+    start_time: datetime | None = None
+    std_out: str | None = None
+    """Expanded StdOut path."""
+    std_err: str | None = None
+    work_dir: str | None = None
+    comment: str | None = None
+    requeue: bool | None = None
+    exc_nodes: list[str] = Field(default_factory=list)
+    batch_host: str | None = None
+    time_limit: str | None = None
+    elapsed: str | None = None
+    num_nodes: int | None = None
+    num_tasks: int | None = None
+    tres_per_node: str | None = None
+    hold: bool = False
+    """True when the job is held (Priority=0 / Reason=job_requeued_in_held_state / JobHeld*)."""
+
+
+class NodeRecord(BaseModel):
+    """A Slurm node as ``scontrol show node -o`` reports it."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    name: str
+    state: str
+    """Full state string, e.g. ``IDLE``, ``MIXED+DRAIN``, ``DOWN*``."""
+    reason: str | None = None
+    partitions: list[str] = Field(default_factory=list)
+
+    @property
+    def drained(self) -> bool:
+        return "DRAIN" in self.state.upper()
+
+
+class GpuSample(BaseModel):
+    """One GPU metrics sample (NVML agent, DCGM exporter or ``nvidia-smi --query-gpu`` CSV)."""
+
+    node: str | None = None
+    timestamp: datetime | None = None
+    index: int | None = None
+    uuid: str | None = None
+    pci_bus_id: str | None = None
+    metrics: dict[str, float | str] = Field(default_factory=dict)
+
+
+class EvidenceBundle(BaseModel):
+    """Everything the attribution engine reads. Pure data; no I/O happens on it.
+
+    ``job_log`` holds ranks interleaved as the job printed them; attempt boundaries are the
+    ``=== attempt restart=N`` lines the batch script prints. Each line is capped at 4 KB and the
+    whole text is capped by the gatherer (the full window is in ``log_window_path``).
+    """
+
+    trigger: Trigger | None = None
+    job_log: str = ""
+    job_log_source: str = "job.log"
+    kernel_logs: dict[str, list[str]] = Field(default_factory=dict)
+    """Kernel-log lines (dmesg / kern.log) per node name; key ``""`` when the node is unknown."""
+    job: JobRecord | None = None
+    node_states: dict[str, str] = Field(default_factory=dict)
+    gpu_metrics: list[GpuSample] = Field(default_factory=list)
+    kernel_log_utc_offset_s: int | None = None
+    """UTC offset (seconds) of the nodes' syslog clocks, for syslog stamps without a zone; None = unknown."""
+    partition_size: int | None = None
+    """Nodes in the job's partition (the drain breaker's denominator)."""
+    ip_to_node: dict[str, str] = Field(default_factory=dict)
+    """Optional cluster-config map of IP addresses to node names (IB peer errors)."""
+    log_window_path: str | None = None
+    log_window_sha256: str | None = None
+    notes: list[str] = Field(default_factory=list)
+    """Problems met while gathering (e.g. ``job log unreadable: …``)."""
+
+
+class GpuRef(BaseModel):
+    node: str | None = None
+    pci_bus_id: str | None = None
+    index: int | None = None
+    uuid: str | None = None
+
+
+class Attribution(BaseModel):
+    """The attribute stage's verdict. ``action`` is a recommendation; the runbook decides."""
+
+    category: Category
+    domain: Domain
+    culprit_nodes: list[str] = Field(default_factory=list)
+    """Nodes to blame (not merely where something happened); ``[]`` = not identifiable."""
+    culprit_ranks: list[int] = Field(default_factory=list)
+    gpus: list[GpuRef] = Field(default_factory=list)
+    confidence: float = Field(ge=0.0, le=1.0, default=0.5)
+    root_event: Event | None = None
+    cascade_events: list[Event] = Field(default_factory=list)
+    action: Action
+    explanation: str = ""
+    engine: str = "revive-rules"
+    node_notes: list[str] = Field(default_factory=list)
+    """Notes on nodes that need attention later but raise no incident (e.g. Xid 63 row remap)."""
+
+
+class JobIdentity(BaseModel):
+    """What makes a live job 'the same job' as the one an incident is about."""
+
+    job_id: str
+    user: str | None = None
+    name: str | None = None
+    restart_count: int = 0
+    """The attempt the fault happened in; the live job may have a higher count, never lower."""
+
+
+class Decision(BaseModel):
+    """A person's approve/reject, sent as the ``decide`` Update or Signal."""
+
+    decision: str
+    """``approve`` or ``reject``."""
+    approver: str = ""
+    note: str | None = None
+
+
+class PlanStep(BaseModel):
+    kind: str
+    """``drain``, ``requeue``, ``requeue_exclude``, ``cancel``, ``diagnose``, ``stop``, ``notify``."""
+    nodes: list[str] = Field(default_factory=list)
+    detail: str = ""
+
+
+class Plan(BaseModel):
+    """The decide stage's output: what the runbook will run, and why."""
+
+    action: Action
+    """Executed action (may differ from the attribution's recommendation)."""
+    recommended: Action
+    runbook: str
+    rule: str
+    """The policy or runbook rule that drove the decision, e.g. ``runbook:gpu_hardware``."""
+    steps: list[PlanStep] = Field(default_factory=list)
+    exclude_nodes: list[str] = Field(default_factory=list)
+    drain_nodes: list[str] = Field(default_factory=list)
+    needs_approval: bool = True
+    approval_reason: str = ""
+
+
+class ActionResult(BaseModel):
+    """What an act-stage activity did on the cluster."""
+
+    action: str
+    ok: bool
+    changed: bool = True
+    """False when live state already matched (a retried activity never acts twice)."""
+    detail: str = ""
+    at: datetime | None = None
+    commands: list[list[str]] = Field(default_factory=list)
+    new_job_id: str | None = None
+
+
+class VerifyResult(BaseModel):
+    """The verify stage: did training resume from the checkpoint and advance past it?"""
+
+    recovered: bool
+    job_state: str | None = None
+    nodes: list[str] = Field(default_factory=list)
+    resumed_from: int | None = None
+    first_iteration_after: int | None = None
+    resumed_at: datetime | None = None
+    """Time of the first progress line past the checkpoint (from the log line's own timestamp)."""
+    detail: str = ""
+
+
+class IncidentOutcome(StrEnum):
+    recovered = "recovered"
+    not_recovered = "not_recovered"
+    rejected = "rejected"
+    expired = "expired"
+    escalated = "escalated"
+    stopped = "stopped"
+    no_action = "no_action"
+
+
+class IncidentResult(BaseModel):
+    incident_id: str
+    outcome: IncidentOutcome
+    reason: str = ""
+    category: Category | None = None
+    domain: Domain | None = None
+    culprit_nodes: list[str] = Field(default_factory=list)
+    recommended: Action | None = None
+    executed: Action | None = None
+    rule: str = ""
+    decided_by: str | None = None
+    detected_at: datetime | None = None
+    fault_time: datetime | None = None
+    first_action_at: datetime | None = None
+    resumed_at: datetime | None = None
+    closed_at: datetime | None = None
+    # ---- added for the guards (issue 4); optional, older results stay valid ----
+    job_id: str | None = None
+    """Slurm job id the incident was about (read by ``incident_history``)."""
+    attempt: int | None = None
+    """The job's ``restart_count`` in the attempt that failed."""
+    root_signature: str | None = None
+    """``Attribution.root_event.signature_id`` (same-root-cause budget)."""
+    checkpoint_iteration: int | None = None
+    """Latest checkpoint iteration known at detection (no-progress budget, preemption rule)."""
+    breaker_reason: str | None = None
+    """Set when the drain circuit breaker refused this incident's drain (why it waited)."""
+
+
+# ---- workflow and activity payloads (one input model per workflow/activity) -------------------
+
+from revive.policy import RecoveryPolicy  # noqa: E402  (policy imports only pydantic/yaml)
+
+
+class IncidentInput(BaseModel):
+    """Input of ``IncidentWorkflow``; the history records it, so it is the incident's opening record."""
+
+    incident_id: str
+    cluster: str
+    job: JobIdentity
+    job_submit_time: datetime | None = None
+    """SubmitTime Revive first saw for the job (Slurm 22.05 resets it on every requeue)."""
+    attempt: int = 0
+    """Restart count of the attempt in which the fault happened."""
+    fault_family: str
+    trigger: Trigger
+    partition: str | None = None
+    nodes: list[str] = Field(default_factory=list)
+    log_path: str | None = None
+    detected_at: datetime
+    policy: RecoveryPolicy = Field(default_factory=RecoveryPolicy)
+    policy_path: str | None = None
+    """Where the mode is re-read at each gate (None: the snapshot's mode stands)."""
+    checkpoint_iteration: int | None = None
+    """Last ``saved checkpoint at iteration N`` the monitor saw before the fault."""
+    last_progress: dict[str, str] = Field(default_factory=dict)
+    """Last progress line per rank (``"rank 0"`` → line), for hang diagnostics."""
+    ui_url: str | None = None
+
+
+class GatherEvidenceInput(BaseModel):
+    incident_id: str
+    cluster: str
+    job_id: str
+    trigger: Trigger
+    log_path: str | None = None
+    nodes: list[str] = Field(default_factory=list)
+    window_lines: int = 400
+    """Lines of job log kept in the bundle (the full window goes to a file)."""
+    settle_s: float = 2.0
+    """Seconds to wait for a failing job to finish writing before reading."""
+
+
+class RunbookInput(BaseModel):
+    """Input of every runbook child workflow."""
+
+    incident_id: str
+    cluster: str
+    job: JobIdentity
+    plan: Plan
+    category: Category
+    log_path: str | None = None
+    attempt: int = 0
+    checkpoint_iteration: int | None = None
+    policy: RecoveryPolicy = Field(default_factory=RecoveryPolicy)
+    last_progress: dict[str, str] = Field(default_factory=dict)
+
+
+class RunbookResult(BaseModel):
+    runbook: str
+    actions: list[ActionResult] = Field(default_factory=list)
+    verify: VerifyResult | None = None
+    outcome: IncidentOutcome
+    reason: str = ""
+    first_action_at: datetime | None = None
+    diagnostics: dict[str, str] = Field(default_factory=dict)
+
+
+class CheckIdentityInput(BaseModel):
+    cluster: str
+    job: JobIdentity
+
+
+class DrainInput(BaseModel):
+    incident_id: str
+    job: JobIdentity
+    nodes: list[str]
+    reason: str
+
+
+class RequeueInput(BaseModel):
+    incident_id: str
+    job: JobIdentity
+    exclude_nodes: list[str] = Field(default_factory=list)
+    hold_release_after_s: float = 30.0
+    """Fail-open: a detached process releases Revive's hold after this many seconds."""
+
+
+class DiagnoseInput(BaseModel):
+    incident_id: str
+    job: JobIdentity
+    nodes: list[str] = Field(default_factory=list)
+    last_progress: dict[str, str] = Field(default_factory=dict)
+
+
+class VerifyInput(BaseModel):
+    incident_id: str
+    job: JobIdentity
+    log_path: str | None
+    after_attempt: int
+    """Only attempts with a restart count above this one count."""
+    checkpoint_iteration: int | None = None
+    timeout_s: float = 600.0
+    poll_s: float = 1.0
+    excluded_nodes: list[str] = Field(default_factory=list)
+
+
+class ModeInput(BaseModel):
+    policy_path: str | None = None
+    partition: str | None = None
+    fallback: str = "observe"
+
+
+class AuditRecord(BaseModel):
+    """One JSONL line appended to the audit file when an incident closes."""
+
+    incident_id: str
+    cluster: str
+    job_id: str
+    attempt: int
+    mode: str
+    trigger: Trigger
+    attribution: Attribution | None = None
+    external_attribution: Attribution | None = None
+    plan: Plan | None = None
+    decision: Decision | None = None
+    runbook: RunbookResult | None = None
+    result: IncidentResult
+    policy: RecoveryPolicy
+    ignored_decisions: list[str] = Field(default_factory=list)
+    """Invalid, late or duplicate approve/reject signals, recorded and ignored."""
+    extra_triggers: list[str] = Field(default_factory=list)

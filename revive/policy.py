@@ -1,0 +1,166 @@
+"""Recovery policy: validated data passed into every incident workflow.
+
+The policy file is YAML, loaded and validated here (outside the workflow) and passed into
+``IncidentWorkflow`` as part of its input, so the history records the exact snapshot that drove each
+decision. The *mode* is additionally re-read at each gate by an activity, so rolling a partition
+back to ``observe`` applies to incidents that are already running.
+
+Every duration is a ``timedelta`` in the model; in YAML write seconds (``1800``) or ISO-8601
+(``PT30M``). ``revive policy check FILE`` prints the effective settings.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from enum import StrEnum
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from revive.errors import ConfigError
+
+
+class Mode(StrEnum):
+    """``observe`` (default): proposed actions wait for a person. ``auto``: run after validation."""
+
+    observe = "observe"
+    auto = "auto"
+
+
+class ExpiryAction(StrEnum):
+    expire = "expire"
+    """Do nothing; close the incident as ``expired`` (default)."""
+    proceed = "proceed"
+    """Run the plan as if approved (still subject to every guard)."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ApprovalPolicy(_Strict):
+    timeout: timedelta = timedelta(minutes=30)
+    """How long an observe-mode plan waits for approve/reject. Keep below Slurm's ``MinJobAge``."""
+    on_expiry: ExpiryAction = ExpiryAction.expire
+    approvers: list[str] = Field(default_factory=list)
+    """Allowlist checked in the Update validator; empty = anyone. Authentication of the caller is
+    the Temporal server's job (mTLS / authorizer); this list guards against mistakes."""
+
+
+class RetryBudget(_Strict):
+    max_requeues_per_job: int = Field(default=5, ge=0)
+    max_same_root_cause: int = Field(default=2, ge=1)
+    """Incidents with the same root signature on one job before Revive stops retrying."""
+    max_requeues_without_progress: int = Field(default=2, ge=0)
+    """Requeues in a row whose checkpoint did not advance."""
+    backoff: timedelta = timedelta(seconds=0)
+
+
+class BreakerPolicy(_Strict):
+    """Drain circuit breaker: bounds how many nodes Revive may drain in a sliding window."""
+
+    max_fraction: float = Field(default=0.25, gt=0.0, le=1.0)
+    """At most this fraction of a partition's nodes drained by Revive within ``window``."""
+    max_nodes: int = Field(default=2, ge=0)
+    window: timedelta = timedelta(hours=1)
+
+
+class RepeatOffenderPolicy(_Strict):
+    incidents: int = Field(default=3, ge=1)
+    window: timedelta = timedelta(hours=24)
+
+
+class OptInPolicy(_Strict):
+    partitions: list[str] = Field(default_factory=list)
+    """Jobs in these partitions are watched. Empty = none by partition."""
+    accounts: list[str] = Field(default_factory=list)
+    comment_key: str = "revive"
+    """Jobs whose ``--comment`` is JSON with this key (e.g. ``{"revive": {"policy": "default"}}``)."""
+    allowed_overrides: list[str] = Field(default_factory=lambda: ["policy"])
+
+
+class HangPolicy(_Strict):
+    k: float = Field(default=5.0, gt=0)
+    """Silence threshold = max(k × median step interval of the attempt, floor)."""
+    floor: timedelta = timedelta(seconds=60)
+
+
+class VerifyPolicy(_Strict):
+    timeout: timedelta = timedelta(minutes=10)
+    """Time from the action to the first iteration past the checkpoint."""
+    poll_interval: timedelta = timedelta(seconds=1)
+
+
+class NotifyPolicy(_Strict):
+    webhooks: list[str] = Field(default_factory=list)
+    timeout: timedelta = timedelta(seconds=5)
+    retries: int = Field(default=2, ge=0, le=10)
+    """Extra attempts per webhook after a failure (connection error, timeout, 429, 5xx)."""
+
+
+class RecoveryPolicy(_Strict):
+    """The whole policy. Passed as workflow input; every decision names the rule it used."""
+
+    name: str = "default"
+    mode: Mode = Mode.observe
+    partition_modes: dict[str, Mode] = Field(default_factory=dict)
+    """Per-partition override (a canary partition runs ``auto`` while the rest observes)."""
+    approval: ApprovalPolicy = Field(default_factory=ApprovalPolicy)
+    budgets: RetryBudget = Field(default_factory=RetryBudget)
+    max_excluded_nodes_per_job: int = Field(default=2, ge=0)
+    breaker: BreakerPolicy = Field(default_factory=BreakerPolicy)
+    repeat_offender: RepeatOffenderPolicy = Field(default_factory=RepeatOffenderPolicy)
+    opt_in: OptInPolicy = Field(default_factory=OptInPolicy)
+    hang: HangPolicy = Field(default_factory=HangPolicy)
+    verify: VerifyPolicy = Field(default_factory=VerifyPolicy)
+    notify: NotifyPolicy = Field(default_factory=NotifyPolicy)
+    drain_reason_prefix: str = "revive:"
+
+    @field_validator("drain_reason_prefix")
+    @classmethod
+    def _prefix_nonempty(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("must not be empty: Revive only lifts drains carrying its own prefix")
+        return v
+
+    def mode_for(self, partition: str | None) -> Mode:
+        """The effective mode for a partition (override, else the global mode)."""
+        if partition and partition in self.partition_modes:
+            return self.partition_modes[partition]
+        return self.mode
+
+
+def parse_policy(data: object, source: str = "<policy>") -> RecoveryPolicy:
+    """Validate policy data. Raises ``ConfigError`` naming the field and the allowed values."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: policy must be a mapping, got {type(data).__name__}")
+    try:
+        return RecoveryPolicy.model_validate(data)
+    except ValidationError as e:
+        lines = []
+        for err in e.errors():
+            loc = ".".join(str(p) for p in err["loc"]) or "<root>"
+            lines.append(f"{loc}: {err['msg']}")
+        raise ConfigError(f"{source}: invalid policy\n  " + "\n  ".join(lines)) from None
+
+
+def load_policy(path: str | Path | None) -> RecoveryPolicy:
+    """Load a policy YAML file; ``None`` gives the built-in defaults (observe mode).
+
+    Raises ``ConfigError`` for a missing/unreadable file, bad YAML or invalid fields.
+    """
+    if path is None:
+        return RecoveryPolicy()
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"{p}: cannot read policy file: {e.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{p}: not valid YAML: {e}") from None
+    return parse_policy(data, str(p))

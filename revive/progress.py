@@ -1,0 +1,130 @@
+"""Parsers for the training-progress lines Revive watches (pure, no I/O).
+
+Formats (Revive's example job, ``examples/train.py``; other frameworks plug in more patterns):
+
+- attempt boundary, printed by the batch script: ``=== attempt restart=<N> <ISO time>``
+- progress: ``<ISO time> [rank R host H] iteration N/M | loss L | compute_ms C | step_time_ms T``
+- checkpoint: ``… saving checkpoint at iteration N`` then ``… saved checkpoint at iteration N``
+- resume: ``… resumed from checkpoint at iteration N``
+
+Also recognised as progress (no rank/host): Megatron ``iteration N/ M |`` lines.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+
+ATTEMPT_RE = re.compile(r"^=== attempt restart=(\d+)(?:\s+(\S+))?")
+PROGRESS_RE = re.compile(
+    r"^(?P<ts>\d{4}-\d\d-\d\dT[\d:.]+(?:[+-]\d\d:\d\d|Z)?)\s+\[rank (?P<rank>\d+) host (?P<host>[^\]\s]+)\]\s+"
+    r"iteration (?P<it>\d+)/(?P<total>\d+)(?:.*?compute_ms (?P<compute>[\d.]+))?(?:.*?step_time_ms (?P<step>[\d.]+))?"
+)
+GENERIC_PROGRESS_RE = re.compile(r"\biteration[:\s]+(?P<it>\d+)\s*/\s*(?P<total>\d+)")
+SAVING_RE = re.compile(r"saving checkpoint at iteration\s+(\d+)")
+SAVED_RE = re.compile(r"saved checkpoint at iteration\s+(\d+)")
+RESUMED_RE = re.compile(r"resumed from checkpoint at iteration\s+(\d+)")
+TS_RE = re.compile(r"^(\d{4}-\d\d-\d\dT[\d:.]+(?:[+-]\d\d:\d\d|Z)?)")
+
+
+@dataclass(frozen=True)
+class Progress:
+    iteration: int
+    total: int
+    rank: int | None = None
+    host: str | None = None
+    timestamp: datetime | None = None
+    compute_ms: float | None = None
+    step_ms: float | None = None
+
+
+def parse_ts(text: str) -> datetime | None:
+    """Parse a leading ISO-8601 timestamp; ``None`` when absent or malformed."""
+    m = TS_RE.match(text)
+    if not m:
+        return None
+    try:
+        return datetime.fromisoformat(m.group(1).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def parse_attempt(line: str) -> int | None:
+    """``=== attempt restart=N …`` → N."""
+    m = ATTEMPT_RE.match(line)
+    return int(m.group(1)) if m else None
+
+
+def parse_progress(line: str) -> Progress | None:
+    """A progress line → ``Progress``; anything else → None."""
+    m = PROGRESS_RE.match(line)
+    if m:
+        return Progress(
+            iteration=int(m.group("it")),
+            total=int(m.group("total")),
+            rank=int(m.group("rank")),
+            host=m.group("host"),
+            timestamp=parse_ts(line),
+            compute_ms=float(m.group("compute")) if m.group("compute") else None,
+            step_ms=float(m.group("step")) if m.group("step") else None,
+        )
+    if "iteration" in line and "checkpoint" not in line:
+        g = GENERIC_PROGRESS_RE.search(line)
+        if g:
+            return Progress(iteration=int(g.group("it")), total=int(g.group("total")), timestamp=parse_ts(line))
+    return None
+
+
+def parse_checkpoint(line: str) -> tuple[str, int] | None:
+    """``('saving'|'saved'|'resumed', iteration)`` or None."""
+    for kind, rx in (("saved", SAVED_RE), ("saving", SAVING_RE), ("resumed", RESUMED_RE)):
+        m = rx.search(line)
+        if m:
+            return kind, int(m.group(1))
+    return None
+
+
+@dataclass
+class ResumeCheck:
+    attempt: int | None = None
+    resumed_from: int | None = None
+    first_after: int | None = None
+    first_after_at: datetime | None = None
+    host_set: frozenset[str] = frozenset()
+
+
+def find_resume(lines: list[str], after_attempt: int) -> ResumeCheck:
+    """Scan a job log for the first attempt with restart count > ``after_attempt`` that printed
+    ``resumed from checkpoint at iteration N`` and then a progress line with iteration > N.
+
+    Returns what was found so far (``first_after`` None = not yet resumed past the checkpoint).
+    """
+    res = ResumeCheck()
+    current: int | None = None
+    hosts: set[str] = set()
+    for line in lines:
+        a = parse_attempt(line)
+        if a is not None:
+            current = a
+            if a > after_attempt and res.first_after is None:
+                res = ResumeCheck(attempt=a)
+                hosts = set()
+            continue
+        if current is None or current <= after_attempt or res.first_after is not None:
+            continue
+        ck = parse_checkpoint(line)
+        if ck and ck[0] == "resumed":
+            res.resumed_from = ck[1] if res.resumed_from is None else min(res.resumed_from, ck[1])
+            continue
+        p = parse_progress(line)
+        if p is None:
+            continue
+        if p.host:
+            hosts.add(p.host)
+        base = res.resumed_from if res.resumed_from is not None else 0
+        if p.iteration > base and (res.resumed_from is not None or p.iteration > 0):
+            res.first_after = p.iteration
+            res.first_after_at = p.timestamp
+            res.host_set = frozenset(hosts)
+    return res

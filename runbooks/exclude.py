@@ -1,0 +1,30 @@
+"""Runbook: node failure, straggler, or a communication error that names its node."""
+
+from __future__ import annotations
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from revive.models import RunbookInput, RunbookResult
+    from runbooks import steps
+
+
+@workflow.defn
+class RequeueExcludeRunbook:
+    """Requeue the job with the named nodes in ExcNodeList (drain only repeat offenders), verify.
+
+    When Slurm already requeued the job itself (node failure), only ``ExcNodeList`` is set on the
+    pending job; otherwise requeuehold → ExcNodeList → release, with a fail-open release armed first.
+    """
+
+    @workflow.run
+    async def run(self, inp: RunbookInput) -> RunbookResult:
+        log = steps.RunbookLog("requeue_exclude")
+        try:
+            await steps.check_same_job(inp)
+            if inp.plan.drain_nodes:
+                log.add(await steps.drain(inp, inp.plan.drain_nodes))
+            log.add(await steps.requeue(inp, exclude=inp.plan.exclude_nodes))
+        except steps.StepRefused as e:
+            return log.refused(str(e))
+        return log.done(await steps.verify(inp, excluded=inp.plan.exclude_nodes))

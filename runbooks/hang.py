@@ -1,0 +1,30 @@
+"""Runbook: a hung job (no progress line within the hang window)."""
+
+from __future__ import annotations
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from revive.models import RunbookInput, RunbookResult
+    from runbooks import steps
+
+
+@workflow.defn
+class HangRunbook:
+    """Diagnostics first, then end the stuck attempt by requeueing it, then verify.
+
+    Diagnostics: ``scontrol show job``, the last progress line per rank, and a ``py-spy dump`` of
+    the training processes on each node where py-spy is installed. ``scontrol requeue`` terminates
+    the stuck attempt and queues the next one from the last checkpoint.
+    """
+
+    @workflow.run
+    async def run(self, inp: RunbookInput) -> RunbookResult:
+        log = steps.RunbookLog("hang")
+        try:
+            job = await steps.check_same_job(inp)
+            log.diagnostics = await steps.diagnose(inp, job.nodes)
+            log.add(await steps.requeue(inp))
+        except steps.StepRefused as e:
+            return log.refused(str(e))
+        return log.done(await steps.verify(inp, excluded=[]))

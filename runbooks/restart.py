@@ -1,0 +1,24 @@
+"""Runbook: unknown crash, transient communication error, preemption or time limit."""
+
+from __future__ import annotations
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from revive.models import RunbookInput, RunbookResult
+    from runbooks import steps
+
+
+@workflow.defn
+class RestartInPlaceRunbook:
+    """Requeue the job as it is and watch it resume (the retry budget stops a repeat)."""
+
+    @workflow.run
+    async def run(self, inp: RunbookInput) -> RunbookResult:
+        log = steps.RunbookLog("restart_in_place")
+        try:
+            await steps.check_same_job(inp)
+            log.add(await steps.requeue(inp))
+        except steps.StepRefused as e:
+            return log.refused(str(e))
+        return log.done(await steps.verify(inp, excluded=[]))

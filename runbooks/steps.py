@@ -1,0 +1,132 @@
+"""Shared runbook steps: each one is a single activity call with its retry policy and timeout.
+
+Runbooks compose these; they read like the on-call procedure. Workflow code: no I/O here.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from activities.remediation import RemediationActivities
+    from activities.verification import VerificationActivities
+    from revive import retry
+    from revive.models import (
+        ActionResult,
+        CheckIdentityInput,
+        DiagnoseInput,
+        DrainInput,
+        IncidentOutcome,
+        JobRecord,
+        RequeueInput,
+        RunbookInput,
+        RunbookResult,
+        VerifyInput,
+        VerifyResult,
+    )
+
+
+class StepRefused(Exception):
+    """A step refused to act (identity mismatch, job gone): the runbook stops and records why."""
+
+
+def _cause(e: ActivityError) -> str:
+    c = e.cause
+    if isinstance(c, ApplicationError):
+        return f"{c.type}: {c.message}"
+    return str(c or e)
+
+
+async def check_same_job(inp: RunbookInput) -> JobRecord:
+    """Refuse to act unless the live job is the incident's job (id, user, name, restart count)."""
+    try:
+        return await workflow.execute_activity_method(
+            RemediationActivities.check_identity,
+            CheckIdentityInput(cluster=inp.cluster, job=inp.job),
+            start_to_close_timeout=retry.SHORT, retry_policy=retry.READ_ONLY, summary="same job?",
+        )
+    except ActivityError as e:
+        raise StepRefused(_cause(e)) from None
+
+
+async def drain(inp: RunbookInput, nodes: list[str]) -> ActionResult:
+    reason = f"{inp.policy.drain_reason_prefix}{inp.incident_id} {inp.category.value}"
+    try:
+        return await workflow.execute_activity_method(
+            RemediationActivities.drain_nodes,
+            DrainInput(incident_id=inp.incident_id, job=inp.job, nodes=nodes, reason=reason),
+            start_to_close_timeout=retry.SHORT, retry_policy=retry.MUTATING, summary=f"drain {','.join(nodes)}",
+        )
+    except ActivityError as e:
+        raise StepRefused(_cause(e)) from None
+
+
+async def requeue(inp: RunbookInput, exclude: list[str] | None = None) -> ActionResult:
+    try:
+        return await workflow.execute_activity_method(
+            RemediationActivities.requeue_job,
+            RequeueInput(incident_id=inp.incident_id, job=inp.job, exclude_nodes=exclude or []),
+            start_to_close_timeout=timedelta(minutes=2), retry_policy=retry.MUTATING,
+            summary="requeue" + (f" excluding {','.join(exclude)}" if exclude else ""),
+        )
+    except ActivityError as e:
+        raise StepRefused(_cause(e)) from None
+
+
+async def diagnose(inp: RunbookInput, nodes: list[str]) -> dict[str, str]:
+    try:
+        return await workflow.execute_activity_method(
+            RemediationActivities.diagnose_hang,
+            DiagnoseInput(incident_id=inp.incident_id, job=inp.job, nodes=nodes, last_progress=inp.last_progress),
+            start_to_close_timeout=timedelta(minutes=2), retry_policy=retry.PROBE, summary="hang diagnostics",
+        )
+    except ActivityError as e:
+        return {"error": _cause(e)}
+
+
+async def verify(inp: RunbookInput, excluded: list[str]) -> VerifyResult:
+    """Wait for the requeued job to run and print an iteration past its checkpoint."""
+    timeout = inp.policy.verify.timeout
+    return await workflow.execute_activity_method(
+        VerificationActivities.verify_progress,
+        VerifyInput(
+            incident_id=inp.incident_id, job=inp.job, log_path=inp.log_path, after_attempt=inp.attempt,
+            checkpoint_iteration=inp.checkpoint_iteration, timeout_s=timeout.total_seconds(),
+            poll_s=inp.policy.verify.poll_interval.total_seconds(), excluded_nodes=excluded,
+        ),
+        start_to_close_timeout=timeout + timedelta(seconds=60),
+        heartbeat_timeout=timedelta(seconds=30),
+        retry_policy=retry.READ_ONLY,
+        summary="verify progress resumes",
+    )
+
+
+class RunbookLog:
+    """Collects a runbook's actions and turns them into its ``RunbookResult``."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.actions: list[ActionResult] = []
+        self.diagnostics: dict[str, str] = {}
+
+    def add(self, r: ActionResult) -> None:
+        self.actions.append(r)
+
+    @property
+    def first_action_at(self):  # noqa: ANN201
+        return next((a.at for a in self.actions if a.changed and a.at), None)
+
+    def refused(self, why: str) -> RunbookResult:
+        return RunbookResult(runbook=self.name, actions=self.actions, outcome=IncidentOutcome.stopped,
+                             reason=f"refused: {why}", first_action_at=self.first_action_at,
+                             diagnostics=self.diagnostics)
+
+    def done(self, v: VerifyResult) -> RunbookResult:
+        return RunbookResult(
+            runbook=self.name, actions=self.actions, verify=v,
+            outcome=IncidentOutcome.recovered if v.recovered else IncidentOutcome.not_recovered,
+            reason=v.detail, first_action_at=self.first_action_at, diagnostics=self.diagnostics,
+        )

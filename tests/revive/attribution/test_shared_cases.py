@@ -1,0 +1,50 @@
+"""Every folder of tests/data/cases (copied from the shared cases) is a test against expected.yaml."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from revive.attribution.cases import load_case
+from revive.attribution.engine import attribute
+
+CASES = Path(__file__).resolve().parents[2] / "data" / "cases"
+FOLDERS = sorted(d for d in CASES.iterdir() if (d / "expected.yaml").exists())
+
+
+def test_cases_present():
+    assert len(FOLDERS) >= 17
+
+
+@pytest.mark.parametrize("case", FOLDERS, ids=[d.name for d in FOLDERS])
+def test_case(case: Path):
+    exp = yaml.safe_load((case / "expected.yaml").read_text())
+    a = attribute(load_case(case))
+    assert a.category.value == exp["category"], a.explanation
+    assert a.domain.value == exp["attribution"], a.explanation
+    assert sorted(a.culprit_nodes) == sorted(exp.get("culprit_nodes") or []), a.explanation
+    assert a.action.value == exp["recommended_action"], a.explanation
+    # evidence is cited for every incident
+    if exp["category"] != "none":
+        assert a.explanation
+        assert a.root_event is not None or exp["category"] == "straggler"
+
+
+@pytest.mark.parametrize("case", FOLDERS, ids=[d.name for d in FOLDERS])
+def test_case_ranks(case: Path):
+    exp = yaml.safe_load((case / "expected.yaml").read_text())
+    a = attribute(load_case(case))
+    assert sorted(a.culprit_ranks) == sorted(exp.get("culprit_ranks") or [])
+
+
+def test_accuracy_report_script_runs(capsys):
+    import importlib.util
+
+    script = Path(__file__).resolve().parents[3] / "benchmarks" / "accuracy_cases.py"
+    spec = importlib.util.spec_from_file_location("accuracy_cases", script)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    res = mod.evaluate(CASES)
+    assert all(a == b for a, b in res.values()), res

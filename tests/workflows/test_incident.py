@@ -1,0 +1,137 @@
+"""IncidentWorkflow logic on the time-skipping test server, with the real activities over a
+FakeScheduler (which records every mutating call) and real log/kernel-log files."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+import pytest
+from temporalio import activity
+from temporalio.client import WorkflowUpdateFailedError
+from temporalio.testing import WorkflowEnvironment
+
+from activities.guard import IncidentHistoryInput
+from revive.guards import JobIncidentHistory
+from revive.models import Decision, IncidentOutcome, IncidentResult
+from revive.policy import RecoveryPolicy
+from tests.helpers.builders import fake_cluster, incident
+from worker.main import build_worker
+from workflows.incident import IncidentWorkflow
+
+pytestmark = pytest.mark.temporal
+
+
+@activity.defn(name="incident_history")
+async def no_history(inp: IncidentHistoryInput) -> JobIncidentHistory:
+    return JobIncidentHistory()
+
+
+def _worker(env: WorkflowEnvironment, sched, cfg, tq: str):
+    """The production worker, except the visibility-backed history read (the Java test server
+    has no visibility): an empty history stands in for it."""
+    return build_worker(env.client, cfg, sched, task_queue=tq, replace=[no_history])
+
+
+async def _run(env, sched, cfg, inp, during=None) -> IncidentResult:
+    tq = f"tq-{uuid.uuid4()}"
+    async with _worker(env, sched, cfg, tq):
+        h = await env.client.start_workflow(IncidentWorkflow.run, inp, id=f"{inp.incident_id}-{uuid.uuid4().hex[:6]}",
+                                            task_queue=tq)
+        if during:
+            await during(h)
+        return await h.result()
+
+
+async def _wait_state(h, state: str) -> None:
+    import asyncio
+
+    for _ in range(200):
+        try:
+            if (await h.query("status"))["state"] == state:
+                return
+        except Exception:
+            pass
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"never reached state {state}")
+
+
+async def test_auto_mode_xid79_drains_node2_requeues_and_verifies(ts_env, tmp_path):
+    sched, cfg, log = fake_cluster(tmp_path, "xid79", resumed=True)
+    pol = RecoveryPolicy(mode="auto", verify={"timeout": 5, "poll_interval": 0.2})
+    res = await _run(ts_env, sched, cfg, incident(log, pol))
+    assert res.outcome == IncidentOutcome.recovered, res.reason
+    assert res.category.value == "gpu_hardware" and res.culprit_nodes == ["node2"]
+    assert res.executed.value == "drain_and_requeue"
+    kinds = [c[0] for c in sched.mutating_calls]
+    assert kinds == ["drain_nodes", "requeue"], sched.calls
+    assert sched.mutating_calls[0][1]["reason"].startswith("revive:")
+    assert "DRAIN" in sched.nodes["node2"].state
+    audit = (tmp_path / "audit.jsonl").read_text().splitlines()
+    assert len(audit) == 1 and '"outcome":"recovered"' in audit[0]
+
+
+async def test_observe_mode_expiry_does_nothing(ts_env, tmp_path):
+    sched, cfg, log = fake_cluster(tmp_path, "xid79")
+    pol = RecoveryPolicy(approval={"timeout": 3600})
+    res = await _run(ts_env, sched, cfg, incident(log, pol))
+    assert res.outcome == IncidentOutcome.expired
+    assert sched.mutating_calls == []
+
+
+async def test_observe_mode_reject_runs_nothing_and_validator_refuses_bad_decisions(ts_env, tmp_path):
+    sched, cfg, log = fake_cluster(tmp_path, "xid79")
+    pol = RecoveryPolicy(approval={"timeout": 3600, "approvers": ["alice", "bob"]})
+
+    async def during(h):
+        await _wait_state(h, "awaiting_approval")
+        with pytest.raises(WorkflowUpdateFailedError):
+            await h.execute_update("decide", Decision(decision="approve", approver=""))
+        with pytest.raises(WorkflowUpdateFailedError):
+            await h.execute_update("decide", Decision(decision="approve", approver="mallory"))
+        await h.signal("decide", Decision(decision="maybe", approver="alice"))  # invalid: recorded, ignored
+        await h.execute_update("decide", Decision(decision="reject", approver="bob", note="not now"))
+        await h.signal("decide", Decision(decision="approve", approver="alice"))  # late: recorded, ignored
+
+    res = await _run(ts_env, sched, cfg, incident(log, pol), during)
+    assert res.outcome == IncidentOutcome.rejected and res.decided_by == "bob"
+    assert sched.mutating_calls == []
+    rec = (tmp_path / "audit.jsonl").read_text()
+    assert "maybe by alice" in rec
+
+
+async def test_observe_mode_approve_then_plan_runs(ts_env, tmp_path):
+    sched, cfg, log = fake_cluster(tmp_path, "xid79", resumed=True)
+    pol = RecoveryPolicy(verify={"timeout": 5, "poll_interval": 0.2})
+
+    async def during(h):
+        await _wait_state(h, "awaiting_approval")
+        assert sched.mutating_calls == []
+        await h.execute_update("decide", Decision(decision="approve", approver="alice"))
+
+    res = await _run(ts_env, sched, cfg, incident(log, pol), during)
+    assert res.outcome == IncidentOutcome.recovered and res.decided_by == "alice"
+    assert [c[0] for c in sched.mutating_calls] == ["drain_nodes", "requeue"]
+
+
+async def test_verify_timeout_is_not_recovered(ts_env, tmp_path):
+    sched, cfg, log = fake_cluster(tmp_path, "xid79", resumed=False)
+    pol = RecoveryPolicy(mode="auto", verify={"timeout": 2, "poll_interval": 0.2})
+    res = await _run(ts_env, sched, cfg, incident(log, pol))
+    assert res.outcome == IncidentOutcome.not_recovered
+    assert [c[0] for c in sched.mutating_calls] == ["drain_nodes", "requeue"]
+
+
+async def test_app_bug_stops_at_first_sight_without_touching_the_cluster(ts_env, tmp_path):
+    sched, cfg, log = fake_cluster(tmp_path, "app")
+    res = await _run(ts_env, sched, cfg, incident(log, RecoveryPolicy(mode="auto")))
+    assert res.outcome == IncidentOutcome.stopped and "stop_at_first_sight" in res.reason
+    assert sched.mutating_calls == []
+
+
+async def test_identity_mismatch_is_refused(ts_env, tmp_path):
+    sched, cfg, log = fake_cluster(tmp_path, "xid79", resumed=True)
+    sched.jobs["7"] = sched.jobs["7"].model_copy(update={"name": "someone-elses-job"})
+    res = await _run(ts_env, sched, cfg, incident(log, RecoveryPolicy(mode="auto")))
+    assert res.outcome == IncidentOutcome.stopped and "JobIdentityMismatch" in res.reason
+    assert sched.mutating_calls == []

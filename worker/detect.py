@@ -1,0 +1,127 @@
+"""Detect stage (pure): job-log lines and job-state changes → triggers.
+
+``AttemptTracker`` follows one job's log across attempts and answers three questions:
+- did a line open an incident (a root signature from the catalog, in the current attempt)?
+- is the attempt hung (no progress line for max(k × median step interval, floor) seconds, the clock
+  starting at the attempt's first progress line and paused while a checkpoint is being saved)?
+- what was the last checkpoint and the last progress line per rank (evidence for the incident)?
+
+Times are passed in (``now`` as a monotonic float in seconds), so tests drive the clock.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from revive.progress import parse_attempt, parse_checkpoint, parse_progress
+
+FATAL_JOB_STATES = {"FAILED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL", "DEADLINE"}
+"""Leaving RUNNING for one of these is abnormal (CANCELLED by a user and COMPLETED are not)."""
+
+
+@dataclass
+class LineHit:
+    line_no: int
+    text: str
+    signature_id: str
+    category: str
+
+
+@dataclass
+class AttemptTracker:
+    k: float = 5.0
+    floor_s: float = 60.0
+    attempt: int = 0
+    attempt_seen: bool = False
+    first_progress_mono: float | None = None
+    last_progress_mono: float | None = None
+    last_progress_ts: datetime | None = None
+    last_iteration: int | None = None
+    saving_since_mono: float | None = None
+    paused_s: float = 0.0
+    checkpoint: int | None = None
+    step_intervals: list[float] = field(default_factory=list)
+    last_by_rank: dict[str, str] = field(default_factory=dict)
+    _prev_ts: datetime | None = None
+
+    def new_attempt(self, n: int) -> None:
+        keep_ckpt = self.checkpoint
+        self.__init__(k=self.k, floor_s=self.floor_s)  # type: ignore[misc]
+        self.attempt, self.attempt_seen, self.checkpoint = n, True, keep_ckpt
+
+    def feed(self, text: str, now: float) -> None:
+        """Update progress state from one line (attempt markers, progress, checkpoints)."""
+        a = parse_attempt(text)
+        if a is not None:
+            if not self.attempt_seen or a != self.attempt:
+                self.new_attempt(a)
+            return
+        ck = parse_checkpoint(text)
+        if ck:
+            kind, it = ck
+            if kind == "saving":
+                self.saving_since_mono = now
+            elif kind == "saved":
+                self.checkpoint = it
+                if self.saving_since_mono is not None:
+                    self.paused_s += now - self.saving_since_mono
+                    self.saving_since_mono = None
+            elif kind == "resumed":
+                self.checkpoint = it
+            return
+        p = parse_progress(text)
+        if p is None:
+            return
+        if p.rank is not None:
+            self.last_by_rank[f"rank {p.rank}"] = text[:1024]
+        if self.last_iteration is None or p.iteration > self.last_iteration:
+            if p.timestamp and self._prev_ts and p.timestamp > self._prev_ts:
+                self.step_intervals.append((p.timestamp - self._prev_ts).total_seconds())
+                self.step_intervals = self.step_intervals[-200:]
+            if p.timestamp:
+                self._prev_ts = p.timestamp
+            self.last_iteration = p.iteration
+            self.last_progress_ts = p.timestamp
+        if self.first_progress_mono is None:
+            self.first_progress_mono = now
+        self.last_progress_mono = now
+        self.paused_s = 0.0
+
+    def threshold_s(self) -> float:
+        """max(k × median step interval, floor), in seconds."""
+        med = statistics.median(self.step_intervals) if self.step_intervals else 0.0
+        return max(self.k * med, self.floor_s)
+
+    def silent_for(self, now: float) -> float:
+        """Seconds since the last progress line, not counting checkpoint saving."""
+        if self.last_progress_mono is None:
+            return 0.0
+        paused = self.paused_s + (now - self.saving_since_mono if self.saving_since_mono is not None else 0.0)
+        return max(0.0, now - self.last_progress_mono - paused)
+
+    def hung(self, now: float) -> bool:
+        return self.first_progress_mono is not None and self.silent_for(now) > self.threshold_s()
+
+
+def root_hit(line_no: int, text: str) -> LineHit | None:
+    """The first catalog match with role ``root`` on this line, or None (benign and cascade lines
+    never open an incident)."""
+    from revive.signatures.matcher import default_matcher
+
+    for m in default_matcher().match(text):
+        if m.role == "root":
+            return LineHit(line_no=line_no, text=text[:4096], signature_id=m.id, category=str(m.category))
+    return None
+
+
+def fault_family(category: str) -> str:
+    """Coarse family for the incident id (one incident per job attempt and family)."""
+    fam = {
+        "gpu_hardware": "gpu", "gpu_memory_ecc": "gpu", "nvlink": "gpu", "cuda_error": "gpu",
+        "nccl_error": "comm", "hang": "hang", "straggler": "slow", "node_failure": "node",
+        "oom_gpu": "oom", "oom_host": "oom", "io_error": "io", "app_bug": "app",
+        "timeout": "limit", "preempted": "limit",
+    }
+    return fam.get(category, "crash")

@@ -1,0 +1,93 @@
+"""The Revive worker: registers every workflow and activity in one place (tests reuse it)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from pathlib import Path
+
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from activities.attribution import AttributionActivities
+from activities.audit import AuditActivities
+from activities.evidence import EvidenceActivities
+from activities.guard import GuardActivities
+from activities.notify import notify
+from activities.remediation import RemediationActivities
+from activities.verification import VerificationActivities
+from revive.config import ClusterConfig
+from revive.scheduler.base import Scheduler
+from runbooks import RUNBOOKS
+from workflows.guard import ClusterGuardWorkflow
+from workflows.incident import IncidentWorkflow
+
+WORKFLOWS = [IncidentWorkflow, ClusterGuardWorkflow, *RUNBOOKS.values()]
+
+
+def build_activities(client: Client, cfg: ClusterConfig, scheduler: Scheduler, task_queue: str) -> list:
+    """Every activity callable, with its dependencies injected."""
+    kt = cfg.kernel_log.path_template if cfg.kernel_log else None
+    state = Path(cfg.state_dir)
+    external = None
+    if getattr(cfg, "attribution_url", None):
+        from revive.attribution.external import ExternalAttribution
+
+        external = ExternalAttribution(cfg.attribution_url)  # type: ignore[attr-defined]
+    from revive.failopen import arm_release_guard
+    from revive.scheduler.runners import LocalRunner
+
+    runner = LocalRunner(slurm_conf=cfg.slurm_conf)
+
+    async def arm(job_id: str, after_s: float) -> int:
+        return await arm_release_guard(runner, job_id, after_s, cfg.slurm_conf)
+
+    import time
+
+    # syslog stamps carry no zone: the testbed's kern.log is written on this host, in its local time
+    tz = time.localtime().tm_gmtoff if cfg.local_testbed else None
+    ev = EvidenceActivities(scheduler, kt, state / "evidence", cfg.ip_to_node, kernel_log_utc_offset_s=tz)
+    at = AttributionActivities(external)
+    rm = RemediationActivities(scheduler, arm_release_guard=arm)
+    vf = VerificationActivities(scheduler)
+    au = AuditActivities(Path(cfg.audit_file))
+    gd = GuardActivities(client, task_queue)
+    return [
+        ev.gather_evidence, at.attribute, at.attribute_external,
+        rm.check_identity, rm.drain_nodes, rm.requeue_job, rm.diagnose_hang, rm.read_mode,
+        vf.verify_progress, au.append_audit, gd.request_drain_grant, gd.incident_history, notify,
+    ]
+
+
+def activity_name(fn: object) -> str:
+    return fn.__temporal_activity_definition.name  # type: ignore[attr-defined]
+
+
+def build_worker(client: Client, cfg: ClusterConfig, scheduler: Scheduler, task_queue: str | None = None,
+                 replace: list | None = None) -> Worker:
+    """The worker with Revive's workflows and activities (the same configuration in production and
+    tests). ``replace``: activities that stand in for the ones with the same name (tests only)."""
+    tq = task_queue or cfg.temporal.task_queue
+    subs = {activity_name(f): f for f in replace or []}
+    acts = [subs.pop(activity_name(f), f) for f in build_activities(client, cfg, scheduler, tq)]
+    return Worker(client, task_queue=tq, workflows=WORKFLOWS, activities=acts + list(subs.values()),
+                  graceful_shutdown_timeout=__import__("datetime").timedelta(seconds=5))
+
+
+async def run_worker(cfg: ClusterConfig, scheduler: Scheduler | None = None) -> None:
+    """Run until SIGINT/SIGTERM."""
+    from revive.scheduler.slurm_cli import SlurmCLI
+    from revive.temporal import connect
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    client = await connect(cfg.temporal, identity="revive-worker")
+    sched = scheduler or SlurmCLI.from_config(cfg)
+    worker = build_worker(client, cfg, sched)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for s in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(s, stop.set)
+    async with worker:
+        logging.info("revive worker on task queue %s at %s", cfg.temporal.task_queue, cfg.temporal.address)
+        await stop.wait()

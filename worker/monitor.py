@@ -1,0 +1,248 @@
+"""The monitor: finds opted-in jobs, follows their logs and states, and opens incidents.
+
+One loop, every ``poll_interval_s`` (≤ 0.5 s): list jobs (``scontrol show job -o``: squeue and REST
+22.05 give only the unexpanded StdOut pattern), follow each watched job's StdOut, feed the detect
+stage, and start an ``IncidentWorkflow`` on the first trigger of an attempt:
+
+- a root log signature (catalog role ``root``) in the current attempt;
+- the job leaving RUNNING abnormally (``FAILED``, ``NODE_FAIL``, ``TIMEOUT``, ``OUT_OF_MEMORY`` …);
+- a hang: no progress line for max(k × median step interval, floor).
+
+Incident id = cluster + job id + the SubmitTime first seen for the job (Slurm 22.05 resets it on
+requeue, and job ids restart at 1 on a fresh cluster) + attempt + fault family. One incident per
+attempt: later triggers of the same attempt are sent to it as ``add_trigger`` signals; lines from
+earlier attempts never open one; 10 000 repeats of a fault make one incident.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from temporalio.client import Client, WorkflowHandle
+from temporalio.common import (
+    SearchAttributePair,
+    TypedSearchAttributes,
+    WorkflowIDConflictPolicy,
+    WorkflowIDReusePolicy,
+)
+from temporalio.exceptions import WorkflowAlreadyStartedError
+
+from revive import search_attributes as sa
+from revive.config import ClusterConfig
+from revive.errors import SchedulerError
+from revive.models import IncidentInput, JobIdentity, JobRecord, Trigger, TriggerKind
+from revive.policy import RecoveryPolicy
+from revive.scheduler.base import Scheduler
+from worker.detect import FATAL_JOB_STATES, AttemptTracker, fault_family, root_hit
+from worker.tail import Follower
+
+log = logging.getLogger("revive.monitor")
+
+
+def opted_in(job: JobRecord, cfg: ClusterConfig, policy: RecoveryPolicy) -> bool:
+    """Partition allowlist (cluster config or policy), or ``--comment`` JSON carrying the opt-in key."""
+    parts = set(cfg.partitions or []) | set(policy.opt_in.partitions)
+    if job.partition and job.partition in parts:
+        return True
+    if job.comment:
+        try:
+            data = json.loads(job.comment)
+        except ValueError:
+            return False
+        return isinstance(data, dict) and policy.opt_in.comment_key in data
+    return False
+
+
+def incident_id(cluster: str, job_id: str, submit: datetime | None, attempt: int, family: str) -> str:
+    st = submit.strftime("%Y%m%dT%H%M%S") if submit else "nosubmit"
+    return f"{cluster}-{job_id}-{st}-a{attempt}-{family}"
+
+
+@dataclass
+class Watch:
+    job: JobRecord
+    first_submit: datetime | None
+    tracker: AttemptTracker
+    opened: dict[int, str] = field(default_factory=dict)
+    """attempt → incident id"""
+    signalled: dict[int, int] = field(default_factory=dict)
+    last_state: str = "UNKNOWN"
+    last_restart: int = 0
+
+
+class Monitor:
+    """Detect stage daemon. ``poll_once`` is one pass (tests call it directly)."""
+
+    def __init__(self, cfg: ClusterConfig, policy: RecoveryPolicy, client: Client, scheduler: Scheduler,
+                 policy_path: str | None = None, task_queue: str | None = None,
+                 ui_base: str | None = None) -> None:
+        self.cfg, self.policy, self.client, self.scheduler = cfg, policy, client, scheduler
+        self.policy_path = policy_path
+        self.task_queue = task_queue or cfg.temporal.task_queue
+        self.ui_base = ui_base
+        state = Path(cfg.state_dir)
+        self.follower = Follower(offsets_file=state / "offsets.json", cluster=cfg.name)
+        self.watches: dict[str, Watch] = {}
+        self.started: list[str] = []
+        self._last_watchdog = 0.0
+        self.pending: list[tuple] = []
+        """Triggers whose incident could not be started yet (Temporal down): retried each pass."""
+
+    # ---- loop --------------------------------------------------------------------------------
+    async def run(self, stop: asyncio.Event) -> None:
+        interval = min(self.cfg.logs.poll_interval_s, 0.5)
+        while not stop.is_set():
+            try:
+                await self.poll_once()
+            except SchedulerError as e:
+                log.warning("scheduler unavailable, retrying: %s", e)
+            except Exception:
+                log.exception("monitor pass failed; continuing")
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=interval)
+            except TimeoutError:
+                pass
+        self.follower.save()
+
+    async def poll_once(self) -> None:
+        now = time.monotonic()
+        retry, self.pending = self.pending, []
+        for w, j, trig, family, attempt in retry:
+            await self._trigger(w, j, trig, family, attempt=attempt)
+        jobs = await self.scheduler.list_jobs()
+        live = {j.job_id: j for j in jobs}
+        for j in jobs:
+            w = self.watches.get(j.job_id)
+            if w is not None and j.submit_time and w.first_submit and w.job.name != j.name:
+                self.watches.pop(j.job_id)  # a reused id (fresh cluster): a different job
+                w = None
+            if w is None and opted_in(j, self.cfg, self.policy) and j.state in ("RUNNING", "PENDING", "CONFIGURING"):
+                w = Watch(job=j, first_submit=j.submit_time,
+                          tracker=AttemptTracker(k=self.policy.hang.k, floor_s=self.policy.hang.floor.total_seconds()),
+                          last_state=j.state, last_restart=j.restart_count)
+                self.watches[j.job_id] = w
+                log.info("watching job %s (%s) log %s", j.job_id, j.name, j.std_out)
+        for job_id, w in list(self.watches.items()):
+            j = live.get(job_id)
+            if j is None:
+                self.watches.pop(job_id)
+                continue
+            await self._follow(w, j, now)
+        self.follower.save()
+        if now - self._last_watchdog > 10:
+            self._last_watchdog = now
+            try:
+                from revive.failopen import release_stranded_holds
+
+                released = await release_stranded_holds(self.scheduler, max_age_s=120)
+                if released:
+                    log.warning("fail-open watchdog released stranded holds: %s", released)
+            except Exception as e:  # the watchdog must never stop detection
+                log.warning("fail-open watchdog failed: %s", e)
+
+    async def _follow(self, w: Watch, j: JobRecord, now: float) -> None:
+        t = w.tracker
+        if j.std_out:
+            for line_no, text in self.follower.read_new(j.std_out):
+                t.feed(text, now)
+                if t.attempt_seen and t.attempt < j.restart_count:
+                    continue  # lines of an earlier attempt never open an incident
+                hit = root_hit(line_no, text)
+                if hit:
+                    await self._trigger(w, j, Trigger(
+                        kind=TriggerKind.log_signature, at=datetime.now(UTC), signature_id=hit.signature_id,
+                        text=hit.text, source=j.std_out, line_no=line_no), fault_family(hit.category))
+        if j.state == "RUNNING" and t.hung(now) and t.attempt >= j.restart_count:
+            since = t.last_progress_ts
+            await self._trigger(w, j, Trigger(
+                kind=TriggerKind.no_progress, at=datetime.now(UTC), since=since,
+                threshold_s=round(t.threshold_s(), 3), source=j.std_out,
+                text=f"no progress line for {t.silent_for(now):.1f} s (threshold {t.threshold_s():.1f} s)"), "hang")
+        if w.last_state == "RUNNING" and j.state != "RUNNING":
+            base = j.state.split("+")[0]
+            if base in FATAL_JOB_STATES:
+                await self._trigger(w, j, Trigger(
+                    kind=TriggerKind.job_state, at=datetime.now(UTC), state_from="RUNNING", state_to=base,
+                    reason=j.reason, text=f"job {j.job_id} RUNNING → {base} (exit {j.exit_code}, reason {j.reason})"),
+                    {"NODE_FAIL": "node", "TIMEOUT": "limit", "PREEMPTED": "limit", "OUT_OF_MEMORY": "oom"}.get(base, "crash"))
+            elif j.restart_count > w.last_restart and w.last_restart not in w.opened:
+                await self._trigger(w, j, Trigger(
+                    kind=TriggerKind.job_state, at=datetime.now(UTC), state_from="RUNNING", state_to="REQUEUED",
+                    reason=j.reason, text=f"Slurm requeued job {j.job_id} itself (reason {j.reason})"), "node",
+                    attempt=w.last_restart)
+        w.last_state, w.last_restart, w.job = j.state, j.restart_count, j
+
+    async def _trigger(self, w: Watch, j: JobRecord, trig: Trigger, family: str, attempt: int | None = None) -> None:
+        attempt = w.tracker.attempt if attempt is None else attempt
+        attempt = max(attempt, 0)
+        existing = w.opened.get(attempt)
+        if existing:
+            n = w.signalled.get(attempt, 0)
+            if trig.kind == TriggerKind.no_progress or n >= 20:
+                return  # a hang keeps 'triggering' every pass; repeats beyond 20 add nothing
+            w.signalled[attempt] = n + 1
+            try:
+                await self.client.get_workflow_handle(existing).signal("add_trigger", trig.text or trig.kind.value)
+            except Exception:
+                pass  # closed already: the trigger is a repeat of a handled fault
+            return
+        iid = incident_id(self.cfg.name, j.job_id, w.first_submit, attempt, family)
+        inp = IncidentInput(
+            incident_id=iid, cluster=self.cfg.name,
+            job=JobIdentity(job_id=j.job_id, user=j.user, name=j.name, restart_count=attempt),
+            job_submit_time=w.first_submit, attempt=attempt, fault_family=family, trigger=trig,
+            partition=j.partition, nodes=j.nodes, log_path=j.std_out, detected_at=trig.at,
+            policy=self.policy, policy_path=self.policy_path, checkpoint_iteration=w.tracker.checkpoint,
+            last_progress=dict(w.tracker.last_by_rank),
+            ui_url=(f"{self.ui_base}/namespaces/{self.cfg.temporal.namespace}/workflows/{iid}" if self.ui_base else None),
+        )
+        from workflows.incident import IncidentWorkflow
+
+        try:
+            handle: WorkflowHandle = await self.client.start_workflow(
+                IncidentWorkflow.run, inp, id=iid, task_queue=self.task_queue,
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                search_attributes=TypedSearchAttributes([
+                    SearchAttributePair(sa.CLUSTER, self.cfg.name), SearchAttributePair(sa.JOB_ID, j.job_id),
+                    SearchAttributePair(sa.STATE, "opened"), SearchAttributePair(sa.INCIDENT_ID, iid),
+                    SearchAttributePair(sa.NODES, list(j.nodes)),
+                    SearchAttributePair(sa.MODE, self.policy.mode_for(j.partition).value),
+                ]),
+                static_summary=f"job {j.job_id} ({j.name}) attempt {attempt}: {trig.kind.value} {trig.signature_id or trig.state_to or ''}".strip(),
+                static_details=f"trigger: {trig.text or ''}",
+            )
+            w.opened[attempt] = iid
+            self.started.append(handle.id)
+            log.info("incident %s opened (%s: %s)", iid, trig.kind.value, (trig.text or "")[:200])
+        except WorkflowAlreadyStartedError:
+            w.opened[attempt] = iid
+            log.info("incident %s already handled", iid)
+        except Exception as e:  # Temporal unreachable: keep the trigger, retry on the next pass
+            log.warning("cannot open incident %s yet (%s); will retry", iid, e)
+            self.pending.append((w, j, trig, family, attempt))
+
+
+async def run_monitor(cfg: ClusterConfig, policy: RecoveryPolicy, policy_path: str | None = None,
+                      ui_base: str | None = None) -> None:
+    """Run until SIGINT/SIGTERM."""
+    import signal
+
+    from revive.scheduler.slurm_cli import SlurmCLI
+    from revive.temporal import connect
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    client = await connect(cfg.temporal, identity="revive-monitor")
+    mon = Monitor(cfg, policy, client, SlurmCLI.from_config(cfg), policy_path=policy_path, ui_base=ui_base)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for s in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(s, stop.set)
+    log.info("revive monitor for cluster %s (mode %s)", cfg.name, policy.mode.value)
+    await mon.run(stop)

@@ -1,0 +1,134 @@
+"""``ClusterGuardWorkflow``: one long-lived workflow per cluster that serialises drain grants.
+
+Workflow id: ``revive-guard-<cluster>`` (``guard_workflow_id``). Incidents never drain on their
+own authority: they ask the guard through the ``request_drain`` Update (via the
+``request_drain_grant`` activity, which uses update-with-start so the guard is created on first
+use). The handler is synchronous, so two incidents asking at once are answered one after the
+other against the same sliding window: the circuit breaker cannot be raced.
+
+- Granted → the incident drains the granted nodes.
+- Refused (``granted=False``, ``breaker_open=True``) → the incident's plan waits for a person's
+  approval whatever the mode; the reason is in the answer and in the guard's ``state`` query.
+  When a person approves, the incident asks again with ``approved_by`` set: the drain is granted
+  over the breaker and recorded in the window.
+- Same incident asking twice → the same answer (idempotent per ``incident_id``), so a retried
+  activity or a replayed incident never consumes the window twice.
+
+The workflow continues as new when the server suggests it (or after
+``GuardInput.continue_as_new_after`` requests), carrying ``GuardState``. Deterministic: the only
+clock is ``workflow.now()`` (or the requester's ``now``).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from revive.guards import (
+        DrainGrant,
+        DrainGrantInput,
+        DrainRecord,
+        GuardInput,
+        GuardState,
+        evaluate_drain,
+    )
+
+MAX_TRIPS_KEPT = 50
+RECORD_KEEP = timedelta(days=7)
+"""Drain records older than this are dropped even if a policy's window is longer."""
+
+
+def guard_workflow_id(cluster: str) -> str:
+    """The guard's workflow id for ``cluster``: ``revive-guard-<cluster>``."""
+    return f"revive-guard-{cluster}"
+
+
+@workflow.defn(name="ClusterGuardWorkflow")
+class ClusterGuardWorkflow:
+    """Per-cluster drain circuit breaker. Input ``GuardInput``; runs until cancelled/terminated."""
+
+    @workflow.init
+    def __init__(self, inp: GuardInput) -> None:
+        self._inp = inp
+        self._state = inp.state or GuardState(cluster=inp.cluster)
+        self._requests_this_run = 0
+
+    @workflow.run
+    async def run(self, inp: GuardInput) -> None:
+        """Wait for requests; continue as new when suggested. Never returns on its own."""
+        workflow.set_current_details(f"drain guard for cluster {inp.cluster}")
+        limit = inp.continue_as_new_after
+
+        def should_roll() -> bool:
+            return workflow.info().is_continue_as_new_suggested() or (
+                limit is not None and self._requests_this_run >= limit
+            )
+
+        await workflow.wait_condition(should_roll)
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        workflow.continue_as_new(
+            GuardInput(
+                cluster=inp.cluster,
+                state=self._state,
+                max_answers=inp.max_answers,
+                continue_as_new_after=inp.continue_as_new_after,
+            )
+        )
+
+    @workflow.update
+    def request_drain(self, inp: DrainGrantInput) -> DrainGrant:
+        """Grant or refuse a drain (see ``revive.guards.evaluate_drain``). Synchronous, so
+        requests are serialised. Idempotent per ``incident_id``: a repeated request returns the
+        first answer, except that a refused incident asking again with ``approved_by`` set is
+        re-evaluated (and granted over the breaker)."""
+        st = self._state
+        prior = st.answers.get(inp.incident_id)
+        if prior is not None and (prior.granted or not inp.approved_by):
+            return prior
+        now = inp.now or workflow.now()
+        self._prune(now)
+        grant = evaluate_drain(st, inp, now)
+        st.requests += 1
+        self._requests_this_run += 1
+        if grant.granted:
+            st.drains.append(
+                DrainRecord(
+                    incident_id=inp.incident_id, partition=inp.partition, nodes=grant.nodes, at=now
+                )
+            )
+        if grant.breaker_open:
+            st.tripped.append(f"{now.isoformat()} {inp.incident_id} {grant.reason}")
+            del st.tripped[:-MAX_TRIPS_KEPT]
+        if inp.incident_id not in st.answers:
+            st.answer_order.append(inp.incident_id)
+        st.answers[inp.incident_id] = grant
+        while len(st.answer_order) > self._inp.max_answers:
+            st.answers.pop(st.answer_order.pop(0), None)
+        workflow.set_current_details(
+            f"drain guard for {st.cluster}: {len(st.drains)} drain(s) recorded; last: "
+            f"{inp.incident_id} → {'granted' if grant.granted else 'refused'} ({grant.reason})"
+        )
+        return grant
+
+    @request_drain.validator
+    def _validate_request(self, inp: DrainGrantInput) -> None:
+        if not inp.incident_id:
+            raise ValueError("incident_id required")
+        if inp.cluster != self._state.cluster:
+            raise ValueError(f"wrong guard: request for cluster {inp.cluster!r}, guard of {self._state.cluster!r}")
+        if not inp.nodes:
+            raise ValueError("nodes must not be empty")
+
+    @workflow.query
+    def state(self) -> GuardState:
+        """The guard's state: drain records in the window, answers, recent trips."""
+        return self._state
+
+    def _prune(self, now: datetime) -> None:
+        cutoff = now - RECORD_KEEP
+        self._state.drains = [d for d in self._state.drains if d.at > cutoff]
+
+
+__all__ = ["ClusterGuardWorkflow", "guard_workflow_id"]

@@ -1,0 +1,284 @@
+"""IncidentWorkflow: one durable workflow per detected incident; its history is the audit log.
+
+Decide only; every side effect is an activity. The run reads like the on-call procedure:
+gather evidence → attribute → plan (runbook + rule) → approval gate (observe mode) → run the
+runbook as a child workflow (act → verify) → close with one audit record.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError
+
+with workflow.unsafe.imports_passed_through():
+    from activities.attribution import AttributionActivities
+    from activities.audit import AuditActivities
+    from activities.evidence import EvidenceActivities
+    from activities.guard import GuardActivities
+    from activities import notify as notify_activity
+    from activities.guard import IncidentHistoryInput
+    from activities.notify import NotifyInput
+    from activities.remediation import RemediationActivities
+    from revive import retry
+    from revive import search_attributes as sa
+    from revive.guards import DrainGrant, DrainGrantInput, JobIncidentHistory
+    from revive.models import (
+        Action,
+        Attribution,
+        AuditRecord,
+        Category,
+        Decision,
+        Domain,
+        EvidenceBundle,
+        GatherEvidenceInput,
+        IncidentInput,
+        IncidentOutcome,
+        IncidentResult,
+        ModeInput,
+        Plan,
+        RunbookInput,
+        RunbookResult,
+    )
+    from revive.notify import NotifyEvent
+    from revive.policy import ExpiryAction, Mode
+    from runbooks import RUNBOOKS
+    from runbooks.select import plan_for
+    from workflows.approval import ApprovalGate
+
+
+@workflow.defn
+class IncidentWorkflow:
+    """Decide only; every side effect is an activity."""
+
+    @workflow.init
+    def __init__(self, inp: IncidentInput) -> None:
+        self._inp = inp
+        self._state = "opened"
+        self._gate = ApprovalGate(inp.policy.approval.approvers)
+        self._attribution: Attribution | None = None
+        self._external: Attribution | None = None
+        self._plan: Plan | None = None
+        self._mode = inp.policy.mode_for(inp.partition)
+        self._extra_triggers: list[str] = []
+        self._partition_size = 1
+        self._breaker_reason = ""
+
+    @workflow.run
+    async def run(self, inp: IncidentInput) -> IncidentResult:
+        evidence = await self._gather(inp)
+        attribution = await self._attribute(evidence)
+        plan = await self._decide_plan(inp, evidence, attribution)
+        if plan.runbook == "none":
+            return await self._close(IncidentOutcome.no_action, plan.rule)
+        if plan.runbook == "stop":
+            await self._notify("stopped", f"stopped: {plan.rule}")
+            return await self._close(IncidentOutcome.stopped, f"stopped: {plan.rule}")
+        if plan.runbook == "escalate":
+            await self._notify("escalated", plan.rule)
+            return await self._close(IncidentOutcome.escalated, plan.rule)
+
+        gate_outcome = await self._gate_plan(inp, plan)
+        if gate_outcome is not None:
+            return await self._close(*gate_outcome)
+
+        self._set_state("acting")
+        rb: RunbookResult = await workflow.execute_child_workflow(
+            RUNBOOKS[plan.runbook].run,
+            RunbookInput(
+                incident_id=inp.incident_id, cluster=inp.cluster, job=inp.job, plan=plan,
+                category=attribution.category, log_path=inp.log_path, attempt=inp.attempt,
+                checkpoint_iteration=inp.checkpoint_iteration, policy=inp.policy,
+                last_progress=inp.last_progress,
+            ),
+            id=f"{inp.incident_id}.runbook",
+            static_summary=f"runbook {plan.runbook} for {inp.incident_id}",
+        )
+        await self._notify(rb.outcome.value, rb.reason)
+        return await self._close(rb.outcome, rb.reason, runbook=rb)
+
+    # ---- stages --------------------------------------------------------------------------------
+    async def _gather(self, inp: IncidentInput) -> EvidenceBundle:
+        self._set_state("gathering")
+        return await workflow.execute_activity_method(
+            EvidenceActivities.gather_evidence,
+            GatherEvidenceInput(incident_id=inp.incident_id, cluster=inp.cluster, job_id=inp.job.job_id,
+                                trigger=inp.trigger, log_path=inp.log_path, nodes=inp.nodes),
+            start_to_close_timeout=timedelta(minutes=2), retry_policy=retry.READ_ONLY, summary="gather evidence",
+        )
+
+    async def _attribute(self, evidence: EvidenceBundle) -> Attribution:
+        self._set_state("attributing")
+        self._attribution = await workflow.execute_activity_method(
+            AttributionActivities.attribute, evidence,
+            start_to_close_timeout=retry.SHORT, retry_policy=retry.READ_ONLY, summary="attribute",
+        )
+        try:  # optional external service: recorded beside Revive's verdict, never decides
+            self._external = await workflow.execute_activity_method(
+                AttributionActivities.attribute_external, evidence,
+                start_to_close_timeout=timedelta(minutes=3), retry_policy=retry.PROBE, summary="external attribution",
+            )
+        except ActivityError:
+            self._external = None
+        a = self._attribution
+        workflow.upsert_search_attributes([sa.CATEGORY.value_set(a.category.value)])
+        return a
+
+    async def _decide_plan(self, inp: IncidentInput, evidence: EvidenceBundle, a: Attribution) -> Plan:
+        self._set_state("planning")
+        history: JobIncidentHistory = await workflow.execute_activity_method(
+            GuardActivities.incident_history,
+            IncidentHistoryInput(cluster=inp.cluster, job_id=inp.job.job_id,
+                                 job_submit_time_iso=inp.job_submit_time.isoformat() if inp.job_submit_time else None,
+                                 exclude_incident_id=inp.incident_id, nodes=list(inp.nodes),
+                                 nodes_since_iso=(workflow.now() - inp.policy.repeat_offender.window).isoformat()),
+            start_to_close_timeout=retry.SHORT, retry_policy=retry.READ_ONLY, summary="job incident history",
+        )
+        self._partition_size = evidence.partition_size or max(len(evidence.node_states), 1)
+        self._plan = plan_for(a, inp.policy, history, evidence.job, inp.checkpoint_iteration, now=workflow.now())
+        workflow.set_current_details(self._details())
+        return self._plan
+
+    async def _gate_plan(self, inp: IncidentInput, plan: Plan) -> tuple[IncidentOutcome, str] | None:
+        """Mode (read fresh) and the drain circuit breaker decide whether a person must approve.
+
+        Auto mode asks the per-cluster guard for a drain grant first; a refusal (breaker open) sends
+        the plan to a person whatever the mode. After a person approves a drain, the grant is asked
+        again with ``approved_by`` so the drain counts in the breaker's window. Returns a closing
+        (outcome, reason) when the plan must not run, else None.
+        """
+        self._mode = Mode(await workflow.execute_activity_method(
+            RemediationActivities.read_mode,
+            ModeInput(policy_path=inp.policy_path, partition=inp.partition, fallback=self._mode.value),
+            start_to_close_timeout=retry.SHORT, retry_policy=retry.READ_ONLY, summary="read mode",
+        ))
+        workflow.upsert_search_attributes([sa.MODE.value_set(self._mode.value)])
+        if plan.drain_nodes and self._mode == Mode.auto:
+            grant = await self._grant(inp, plan, approved_by=None)
+            if not grant.granted:
+                self._breaker_reason = f"breaker: {grant.reason}"
+                await self._notify("breaker_tripped", self._breaker_reason)
+        if self._mode == Mode.auto and not self._breaker_reason:
+            plan.needs_approval = False
+            return None
+        plan.needs_approval = True
+        plan.approval_reason = self._breaker_reason or "observe mode"
+        self._set_state("awaiting_approval")
+        await self._notify("approval_needed", plan.approval_reason)
+        decision = await self._gate.wait(inp.policy.approval.timeout)
+        if decision is None:
+            if self._breaker_reason:
+                return IncidentOutcome.escalated, f"approval expired while {self._breaker_reason}"
+            if inp.policy.approval.on_expiry != ExpiryAction.proceed:
+                return IncidentOutcome.expired, f"no decision within {inp.policy.approval.timeout}"
+        elif decision.decision == "reject":
+            return IncidentOutcome.rejected, f"rejected by {decision.approver}" + (f": {decision.note}" if decision.note else "")
+        if plan.drain_nodes:
+            who = decision.approver if decision else "policy:on_expiry=proceed"
+            await self._grant(inp, plan, approved_by=who)  # a person's approval overrides the breaker
+        return None
+
+    async def _grant(self, inp: IncidentInput, plan: Plan, approved_by: str | None) -> DrainGrant:
+        return await workflow.execute_activity_method(
+            GuardActivities.request_drain_grant,
+            DrainGrantInput(incident_id=inp.incident_id, cluster=inp.cluster, partition=inp.partition,
+                            nodes=plan.drain_nodes, partition_size=self._partition_size,
+                            policy=inp.policy.breaker, now=workflow.now(), approved_by=approved_by),
+            start_to_close_timeout=retry.SHORT, retry_policy=retry.READ_ONLY, summary="drain breaker",
+        )
+
+    async def _notify(self, event: str, text: str) -> None:
+        if not self._inp.policy.notify.webhooks:
+            return
+        inp, plan = self._inp, self._plan
+        await workflow.execute_activity(
+            notify_activity.notify,
+            NotifyInput(
+                event=NotifyEvent(kind=event, incident_id=inp.incident_id, cluster=inp.cluster, job_id=inp.job.job_id,
+                                  summary=text, rule=plan.rule if plan else None,
+                                  nodes=(plan.drain_nodes + plan.exclude_nodes) if plan else [],
+                                  at=workflow.now(), link=inp.ui_url),
+                webhooks=inp.policy.notify.webhooks, timeout_s=inp.policy.notify.timeout.total_seconds()),
+            start_to_close_timeout=timedelta(seconds=60), retry_policy=retry.PROBE, summary=f"notify {event}",
+        )
+
+    async def _close(self, outcome: IncidentOutcome, reason: str, runbook: RunbookResult | None = None) -> IncidentResult:
+        inp, a, plan = self._inp, self._attribution, self._plan
+        d = self._gate.decision
+        result = IncidentResult(
+            incident_id=inp.incident_id, outcome=outcome, reason=reason,
+            category=a.category if a else None, domain=a.domain if a else None,
+            culprit_nodes=a.culprit_nodes if a else [], recommended=a.action if a else None,
+            executed=plan.action if plan and runbook else (Action.stop_no_retry if plan and plan.runbook == "stop" else None),
+            rule=plan.rule if plan else "", decided_by=d.approver if d else None,
+            detected_at=inp.detected_at, first_action_at=runbook.first_action_at if runbook else None,
+            resumed_at=runbook.verify.resumed_at if runbook and runbook.verify else None,
+            closed_at=workflow.now(), job_id=inp.job.job_id, attempt=inp.attempt,
+            root_signature=a.root_event.signature_id if a and a.root_event else None,
+            checkpoint_iteration=inp.checkpoint_iteration, breaker_reason=self._breaker_reason or None,
+        )
+        self._set_state(outcome.value)
+        await workflow.execute_activity_method(
+            AuditActivities.append_audit,
+            AuditRecord(incident_id=inp.incident_id, cluster=inp.cluster, job_id=inp.job.job_id,
+                        attempt=inp.attempt, mode=self._mode.value, trigger=inp.trigger, attribution=a,
+                        external_attribution=self._external, plan=plan, decision=d, runbook=runbook,
+                        result=result, policy=inp.policy, ignored_decisions=list(self._gate.ignored),
+                        extra_triggers=list(self._extra_triggers)),
+            start_to_close_timeout=retry.SHORT, retry_policy=retry.READ_ONLY, summary="append audit record",
+        )
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        return result
+
+    # ---- state, UI metadata --------------------------------------------------------------------
+    def _set_state(self, state: str) -> None:
+        self._state = state
+        workflow.upsert_search_attributes([sa.STATE.value_set(state)])
+        workflow.set_current_details(self._details())
+
+    def _details(self) -> str:
+        a, p = self._attribution, self._plan
+        lines = [f"**{self._inp.incident_id}** — state `{self._state}`, mode `{self._mode.value}`"]
+        if a:
+            lines.append(f"attribution: {a.category.value} / {a.domain.value}, culprit {a.culprit_nodes or 'unknown'}, "
+                         f"recommends {a.action.value} ({a.confidence:.2f}): {a.explanation}")
+        if p:
+            lines.append(f"plan: {p.runbook} → {p.action.value} (rule {p.rule}); drain {p.drain_nodes}, exclude {p.exclude_nodes}")
+        if self._state == "awaiting_approval":
+            lines.append(f"approve: revive approve {self._inp.incident_id} --as <you>   (or signal `decide`)")
+        return "\n\n".join(lines)
+
+    # ---- human in the loop ---------------------------------------------------------------------
+    @workflow.update
+    def decide(self, d: Decision) -> str:
+        """Approve or reject the plan: ``{"decision": "approve"|"reject", "approver": "...", "note": "..."}``."""
+        self._gate.offer(d)
+        return f"{d.decision} accepted from {d.approver}"
+
+    @decide.validator
+    def _validate_decide(self, d: Decision) -> None:
+        why = self._gate.problem(d)
+        if why:
+            raise ValueError(why)
+
+    @workflow.signal(name="decide")
+    def decide_signal(self, d: Decision) -> None:
+        """Same payload as the Update, for the Web UI and ``temporal workflow signal``."""
+        self._gate.offer(d)
+
+    @workflow.signal
+    def add_trigger(self, text: str) -> None:
+        """Later triggers of the same attempt (recorded; the incident is already open)."""
+        if len(self._extra_triggers) < 100:
+            self._extra_triggers.append(text[:4096])
+
+    @workflow.query
+    def status(self) -> dict[str, object]:
+        return {
+            "state": self._state, "mode": self._mode.value,
+            "attribution": self._attribution.model_dump(mode="json") if self._attribution else None,
+            "plan": self._plan.model_dump(mode="json") if self._plan else None,
+            "decision": self._gate.decision.model_dump(mode="json") if self._gate.decision else None,
+            "ignored_decisions": list(self._gate.ignored),
+        }
