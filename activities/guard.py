@@ -99,7 +99,7 @@ class GuardActivities:
         start_op = WithStartWorkflowOperation(
             ClusterGuardWorkflow.run,
             GuardInput(cluster=inp.cluster),
-            id=guard_workflow_id(inp.cluster),
+            id=guard_workflow_id(inp.cluster, self.task_queue),
             task_queue=self.task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         )

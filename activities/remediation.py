@@ -1,5 +1,12 @@
 """Act stage: drain, requeue (with or without exclusions), hang diagnostics, the identity check.
 
+Requeue impossible → resubmit: when the job was submitted with ``--no-requeue`` (slurmctld:
+``Requested operation is presently disabled``) or was purged after ``MinJobAge`` (``JobNotFound``),
+``requeue_job`` resubmits it with ``sbatch`` from the spec saved at detection
+(``activities.jobspec``: batch script + job record + exclusions) and links the new job id in
+``ActionResult.new_job_id``. The submit environment cannot be recovered on 22.05 without slurmdbd;
+the result's ``detail`` says so.
+
 Every activity that changes the cluster checks live state first, so a retried activity never acts
 twice (``ActionResult.changed`` is False when nothing was left to do), and checks that the live job
 is still the incident's job before acting.
@@ -14,7 +21,18 @@ from pathlib import Path
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from revive.errors import JobNotFound, SchedulerCommandError
+from activities.jobspec import (
+    ENV_NOTE,
+    SavedJobSpec,
+    SaveJobSpecInput,
+    JobSpecActivities,
+    find_job_spec,
+    load_job_spec,
+    sbatch_options,
+    spec_dir,
+    with_args,
+)
+from revive.errors import JobNotFound, SchedulerCommandError, SchedulerError
 from revive.models import (
     ActionResult,
     CheckIdentityInput,
@@ -26,6 +44,10 @@ from revive.models import (
     RequeueInput,
 )
 from revive.scheduler.base import Scheduler
+
+REQUEUE_DISABLED = "presently disabled"
+"""slurmctld's answer to ``scontrol requeue`` for a job submitted with ``--no-requeue``."""
+RESUBMITTED_FILE = "resubmitted.json"
 
 TERMINAL = {"FAILED", "CANCELLED", "COMPLETED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL", "DEADLINE"}
 
@@ -50,15 +72,37 @@ def _now() -> datetime:
 class RemediationActivities:
     """Cluster-changing activities. ``scheduler`` is a SlurmCLI (or a RecordingScheduler around it)."""
 
-    def __init__(self, scheduler: Scheduler, arm_release_guard: object | None = None) -> None:
+    def __init__(self, scheduler: Scheduler, arm_release_guard: object | None = None,
+                 jobspec_dir: str | Path | None = None) -> None:
         self.scheduler = scheduler
         self.arm_release_guard = arm_release_guard
         """``async (job_id, after_s) -> pid``: fail-open release of Revive's hold (revive.failopen)."""
+        self.jobspec_dir = Path(jobspec_dir) if jobspec_dir else None
+        """Where ``save_job_spec`` stored job specs (``<state_dir>/jobspec``); None = no resubmission."""
 
-    async def _live(self, job: JobIdentity) -> JobRecord:
+    def _saved(self, job: JobIdentity, incident_id: str | None = None) -> tuple[SavedJobSpec, str] | None:
+        """The spec saved at detection for this incident (else the newest one matching ``job``)."""
+        if self.jobspec_dir is None:
+            return None
+        got = load_job_spec(self.jobspec_dir, incident_id) if incident_id else None
+        if got is not None and got[0].job.job_id != job.job_id:
+            got = None
+        return got or find_job_spec(self.jobspec_dir, job)
+
+    async def _live(self, job: JobIdentity, incident_id: str | None = None, allow_purged: bool = False) -> JobRecord:
+        """The live job record if it is the incident's job.
+
+        ``allow_purged``: a job slurmctld no longer knows, but whose spec was saved at detection
+        and matches ``job``, yields the saved record with ``state="PURGED"`` (the act stage may
+        still drain its node and resubmit it). Raises ``ApplicationError`` types ``JobNotFound``
+        / ``JobIdentityMismatch`` (non-retryable).
+        """
         try:
             live = await self.scheduler.get_job(job.job_id)
         except JobNotFound as e:
+            saved = self._saved(job, incident_id) if allow_purged else None
+            if saved is not None and identity_problem(job, saved[0].job) is None:
+                return saved[0].job.model_copy(update={"state": "PURGED", "nodes": []})
             raise ApplicationError(str(e), type="JobNotFound", non_retryable=True) from None
         why = identity_problem(job, live)
         if why:
@@ -68,14 +112,18 @@ class RemediationActivities:
 
     @activity.defn(name="check_identity")
     async def check_identity(self, inp: CheckIdentityInput) -> JobRecord:
-        """The live job record, if it is the incident's job. Raises JobIdentityMismatch/JobNotFound."""
-        return await self._live(inp.job)
+        """The live job record, if it is the incident's job. Raises JobIdentityMismatch/JobNotFound.
+
+        A purged job whose spec was saved at detection passes with the saved record
+        (``state="PURGED"``): ``requeue_job`` will resubmit it."""
+        return await self._live(inp.job, allow_purged=True)
 
     @activity.defn(name="drain_nodes")
     async def drain_nodes(self, inp: DrainInput) -> ActionResult:
         """Drain ``inp.nodes`` with ``inp.reason`` unless already drained (never overwrite another
-        drain reason: a node someone else drained stays as it is)."""
-        await self._live(inp.job)
+        drain reason: a node someone else drained stays as it is). A purged job with a saved
+        spec still has its node drained (it will be resubmitted)."""
+        await self._live(inp.job, inp.incident_id, allow_purged=True)
         current = {n.name: n for n in await self.scheduler.get_nodes(inp.nodes)}
         todo = [n for n in inp.nodes if not (n in current and current[n].drained)]
         skipped = [f"{n} ({current[n].reason})" for n in inp.nodes if n not in todo]
@@ -98,9 +146,18 @@ class RemediationActivities:
           exclusions to ``ExcNodeList`` if any; no second requeue;
         - with exclusions on a live job: requeuehold → ExcNodeList → release, after arming a
           detached fail-open release;
-        - else a plain ``scontrol requeue``.
+        - else a plain ``scontrol requeue``;
+        - requeue impossible (``--no-requeue`` job, or purged from slurmctld) → ``_resubmit``
+          from the spec saved at detection; ``new_job_id`` is set.
         """
-        live = await self._live(inp.job)
+        try:
+            live = await self._live(inp.job)
+        except ApplicationError as e:
+            if e.type != "JobNotFound" or self._saved(inp.job, inp.incident_id) is None:
+                raise
+            return await self._resubmit(inp, None, "job purged from slurmctld (older than MinJobAge)")
+        if live.requeue is False:
+            return await self._resubmit(inp, live, "job submitted with --no-requeue")
         cmds: list[list[str]] = []
         exc = sorted(set(live.exc_nodes) | set(inp.exclude_nodes))
         try:
@@ -124,8 +181,73 @@ class RemediationActivities:
                 cmds.append(await self.scheduler.requeue(live.job_id))
                 detail = f"requeued (was {live.state})"
         except SchedulerCommandError as e:
+            if REQUEUE_DISABLED in e.output and not cmds:
+                return await self._resubmit(inp, live, f"requeue refused: {e.output.strip()[:200]}")
             raise ApplicationError(str(e), type="SchedulerCommandError", non_retryable=True) from None
         return ActionResult(action="requeue", ok=True, at=_now(), commands=cmds, detail=detail)
+
+    async def _resubmit(self, inp: RequeueInput, live: JobRecord | None, why: str) -> ActionResult:
+        """Resubmit the job with ``sbatch`` from its saved spec (saved now if the job is still
+        known and nothing was saved at detection).
+
+        Exclusions: the old ``ExcNodeList`` ∪ ``inp.exclude_nodes`` ∪ nodes drained by this
+        incident (drain reason contains the incident id). A still-running old attempt is cancelled
+        first (never two copies). Idempotent: the new job id is written to
+        ``<spec dir>/resubmitted.json`` right after ``sbatch``; a retry returns it with
+        ``changed=False``. Raises ``ApplicationError`` (non-retryable) when no spec is available
+        (type ``JobNotFound``) or sbatch refuses (``SchedulerCommandError``).
+        """
+        if self.jobspec_dir is None:
+            raise ApplicationError(f"{why}; resubmission is not configured (no job spec dir)",
+                                   type="RequeueImpossible", non_retryable=True)
+        got = self._saved(inp.job, inp.incident_id)
+        source = "saved at detection"
+        if got is None and live is not None:
+            saver = JobSpecActivities(self.scheduler, self.jobspec_dir)
+            res = await saver.save_job_spec(SaveJobSpecInput(incident_id=inp.incident_id,
+                                                             cluster=self.scheduler.cluster, job_id=live.job_id))
+            got = load_job_spec(self.jobspec_dir, inp.incident_id) if res.saved else None
+            source = "saved at action time (nothing saved at detection)"
+        if got is None:
+            raise ApplicationError(f"{why}; no job spec was saved at detection, cannot resubmit",
+                                   type="JobNotFound", non_retryable=True)
+        spec, script = got
+        marker = spec_dir(self.jobspec_dir, inp.incident_id) / RESUBMITTED_FILE
+        if marker.exists():
+            try:
+                done = ActionResult.model_validate_json(marker.read_text(encoding="utf-8"))
+                return done.model_copy(update={"changed": False, "detail": "already resubmitted: " + done.detail})
+            except (OSError, ValueError):
+                pass
+        cmds: list[list[str]] = []
+        try:
+            if live is not None and live.state not in TERMINAL and live.state != "PURGED":
+                cmds.append(await self.scheduler.cancel(live.job_id))
+            drained: list[str] = []
+            try:
+                drained = [n.name for n in await self.scheduler.get_nodes(None)
+                           if n.drained and inp.incident_id in (n.reason or "")]
+            except SchedulerError as e:
+                activity.logger.warning("cannot list nodes drained by %s: %s", inp.incident_id, e)
+            exclude = sorted(set(inp.exclude_nodes) | set(drained))
+            opts = sbatch_options(spec.job, exclude)
+            new_id = await self.scheduler.submit(with_args(script, spec.script_args), opts)
+        except SchedulerCommandError as e:
+            raise ApplicationError(f"{why}; resubmission failed: {e}", type="SchedulerCommandError",
+                                   non_retryable=True) from None
+        cmds.append(["sbatch", "--parsable", *opts])
+        exc = next((o for o in opts if o.startswith("--exclude=")), "no exclusions")
+        result = ActionResult(
+            action="resubmit", ok=True, at=_now(), commands=cmds, new_job_id=new_id,
+            detail=(f"{why}: resubmitted job {spec.job.job_id} as job {new_id} from the batch script and job record "
+                    f"{source} ({spec.saved_at.isoformat()}); {exc}; {ENV_NOTE}"),
+        )
+        try:
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.write_text(result.model_dump_json(), encoding="utf-8")
+        except OSError as e:
+            activity.logger.warning("cannot record resubmission of %s: %s", spec.job.job_id, e)
+        return result
 
     @activity.defn(name="diagnose_hang")
     async def diagnose_hang(self, inp: DiagnoseInput) -> dict[str, str]:

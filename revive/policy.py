@@ -116,6 +116,10 @@ class RecoveryPolicy(_Strict):
     verify: VerifyPolicy = Field(default_factory=VerifyPolicy)
     notify: NotifyPolicy = Field(default_factory=NotifyPolicy)
     drain_reason_prefix: str = "revive:"
+    topology: dict[str, str] = Field(default_factory=dict)
+    """Optional node → switch (or rack) map. A communication error (NCCL/IB) naming several nodes
+    behind one switch is escalated to a person instead of excluding or draining them (the switch,
+    not the nodes, is the likely culprit). Empty = unknown topology (rule never fires)."""
 
     @field_validator("drain_reason_prefix")
     @classmethod

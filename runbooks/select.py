@@ -14,6 +14,8 @@ recommendation stop_no_retry                    stop                         run
 budget spent / same root cause repeating        stop                         budget:* / rule:*
 preemption or time limit, checkpoint stalled    stop                         rule:no_checkpoint_progress
 recommendation escalate                         escalate                     attribution:conflict
+NCCL/IB error naming >= 2 nodes behind one      escalate                     runbook:shared_switch
+  switch (``policy.topology``)
 hang                                            hang                         runbook:hang
 drain_and_requeue, culprit nodes named          drain_and_requeue            runbook:hardware_on_identified_node
 drain_and_requeue, no node identified           restart_in_place             runbook:hardware_node_not_identified
@@ -40,6 +42,19 @@ from revive.policy import RecoveryPolicy
 RUNBOOK_NONE = "none"
 RUNBOOK_STOP = "stop"
 RUNBOOK_ESCALATE = "escalate"
+
+
+def shared_switch(policy: RecoveryPolicy, nodes: list[str]) -> str | None:
+    """The switch (``policy.topology`` value) that at least two distinct ``nodes`` share and all
+    of them sit behind, or None (fewer than two nodes, a node missing from the map, several
+    switches, or no topology). Pure."""
+    distinct = list(dict.fromkeys(nodes))
+    if len(distinct) < 2 or not policy.topology:
+        return None
+    switches = {policy.topology.get(n) for n in distinct}
+    if len(switches) != 1 or None in switches:
+        return None
+    return switches.pop()
 
 
 def plan_for(
@@ -79,6 +94,12 @@ def plan_for(
 
     exc_now = list(job.exc_nodes) if job else []
     culprits = list(attribution.culprit_nodes)
+    switch = shared_switch(policy, culprits) if cat == Category.nccl_error else None
+    if switch is not None:
+        return plan(Action.escalate, RUNBOOK_ESCALATE, "runbook:shared_switch",
+                    steps=[PlanStep(kind="notify", nodes=culprits,
+                                    detail=f"nodes {', '.join(culprits)} share switch {switch}: suspect the "
+                                           "switch, not the nodes; a person decides")])
     if cat == Category.hang:
         return plan(Action.restart_in_place, "hang", "runbook:hang",
                     steps=[PlanStep(kind="diagnose", detail="scontrol show job, last progress per rank, py-spy dump per node"),

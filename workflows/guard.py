@@ -40,9 +40,12 @@ RECORD_KEEP = timedelta(days=7)
 """Drain records older than this are dropped even if a policy's window is longer."""
 
 
-def guard_workflow_id(cluster: str) -> str:
-    """The guard's workflow id for ``cluster``: ``revive-guard-<cluster>``."""
-    return f"revive-guard-{cluster}"
+def guard_workflow_id(cluster: str, task_queue: str = "revive") -> str:
+    """The guard's workflow id: ``revive-guard-<cluster>`` for the default task queue ``revive``,
+    ``revive-guard-<cluster>@<task_queue>`` otherwise. A workflow runs on the task queue it was
+    started on, so workers of another task queue (tests) get their own guard rather than one no
+    worker of theirs polls."""
+    return f"revive-guard-{cluster}" if task_queue == "revive" else f"revive-guard-{cluster}@{task_queue}"
 
 
 @workflow.defn(name="ClusterGuardWorkflow")

@@ -1,0 +1,87 @@
+"""The ``revive`` CLI: typer's runner for offline commands, real subprocesses for the entry point,
+and a real dev server for approve/reject against unknown incidents."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CASES = ROOT / "tests" / "data" / "cases"
+
+
+def revive(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "revive.cli", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, env=env)
+
+
+def test_help_lists_every_command():
+    r = revive("--help")
+    assert r.returncode == 0, r.stderr
+    for cmd in ("demo", "server", "worker", "monitor", "approve", "reject", "incidents", "show", "classify",
+                "policy", "node", "explain", "backtest", "replay"):
+        assert cmd in r.stdout
+
+
+def test_classify_json_on_shared_cases():
+    r = revive("classify", "--json", str(CASES / "024-xid79-fallen-off-bus-gsp"), str(CASES / "048-neg-nccl-info-init-chatter"))
+    assert r.returncode == 0, r.stderr
+    rows = [json.loads(x) for x in r.stdout.splitlines()]
+    assert rows[0]["category"] == "gpu_hardware" and rows[0]["culprit_nodes"] == ["gpu-node-001"]
+    assert rows[0]["action"] == "drain_and_requeue"
+    assert rows[1]["category"] == "none" and rows[1]["action"] == "none"
+
+
+def test_classify_missing_path_is_a_clear_error():
+    r = revive("classify", "/nonexistent/case")
+    assert r.returncode == 2 and "no such file" in r.stderr
+
+
+def test_classify_binary_junk_records_unknown(tmp_path):
+    junk = tmp_path / "junk.log"
+    junk.write_bytes(bytes(range(256)) * 100 + b"\xff\xfe\x00garbage\n" * 50)
+    r = revive("classify", "--json", str(junk))
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["action"] in ("none", "restart_in_place", "escalate")
+
+
+def test_policy_check_prints_effective_settings_and_names_bad_fields(tmp_path):
+    good = tmp_path / "p.yaml"
+    good.write_text("mode: auto\npartition_modes: {canary: auto}\napproval: {timeout: 600}\n")
+    r = revive("policy", "check", str(good))
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["mode"] == "auto"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("mode: yolo\n")
+    r = revive("policy", "check", str(bad))
+    assert r.returncode != 0 and "mode" in r.stderr and "observe" in r.stderr
+
+
+def test_bad_config_is_a_clear_error(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("name: x\n")
+    r = revive("incidents", "--config", str(cfg))
+    assert r.returncode == 2 and "audit_file" in r.stderr
+
+
+@pytest.mark.temporal
+async def test_approve_unknown_incident_fails_clearly(local_env, tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"name: t\naudit_file: {tmp_path}/a.jsonl\nstate_dir: {tmp_path}/s\n"
+                   f"temporal: {{address: '{local_env.client.service_client.config.target_host}'}}\n")
+    r = revive("approve", "no-such-incident", "--as", "alice", "--config", str(cfg))
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert "no incident 'no-such-incident'" in r.stderr
+    r = revive("incidents", "--config", str(cfg))
+    assert r.returncode == 0, r.stderr
+
+
+def test_approve_with_temporal_down_is_a_clear_error(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"name: t\naudit_file: {tmp_path}/a.jsonl\nstate_dir: {tmp_path}/s\ntemporal: {{address: '127.0.0.1:1'}}\n")
+    r = revive("approve", "x", "--as", "alice", "--config", str(cfg))
+    assert r.returncode == 2 and "cannot reach Temporal at 127.0.0.1:1" in r.stderr
