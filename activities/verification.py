@@ -30,6 +30,18 @@ class VerificationActivities:
         """Returns ``recovered=True`` with the resume point, or ``recovered=False`` with why."""
         deadline = time.monotonic() + inp.timeout_s
         state, nodes, detail = None, [], ""
+        # A resubmitted job (after_attempt -1) appends to the old log from restart 0: only lines
+        # written after verification began count. The offset survives activity retries.
+        start_offset = 0
+        if inp.after_attempt < 0 and inp.log_path:
+            details = activity.info().heartbeat_details
+            if details and isinstance(details[0], dict) and "offset" in details[0]:
+                start_offset = int(details[0]["offset"])
+            else:
+                try:
+                    start_offset = Path(inp.log_path).stat().st_size
+                except OSError:
+                    start_offset = 0
         while True:
             try:
                 job = await self.scheduler.get_job(inp.job.job_id)
@@ -41,7 +53,9 @@ class VerificationActivities:
             res = None
             if log_path:
                 try:
-                    data, _ = read_tail(Path(log_path), 16 * 1024 * 1024)
+                    data, size = read_tail(Path(log_path), 16 * 1024 * 1024)
+                    if start_offset:
+                        data = data[max(0, len(data) - max(0, size - start_offset)):]
                     res = find_resume(data.decode("utf-8", "replace").splitlines(), inp.after_attempt)
                 except OSError as e:
                     detail = f"log unreadable: {e}"
@@ -64,5 +78,5 @@ class VerificationActivities:
                                     resumed_from=res.resumed_from if res else None,
                                     detail=detail or f"no iteration past the checkpoint within {inp.timeout_s:.0f} s "
                                                      f"(job state {state})")
-            activity.heartbeat(state)
+            activity.heartbeat({"state": state, "offset": start_offset})
             await asyncio.sleep(inp.poll_s)

@@ -116,6 +116,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "Use a fresh one per submission: job ids restart at 1 on a fresh cluster.")
     p.add_argument("--fault", choices=FAULT_KINDS, default="none", help="fault to inject once per job (default: %(default)s)")
     p.add_argument("--fault-node", default="node2", help="node (SLURMD_NODENAME) whose rank faults (default: %(default)s)")
+    p.add_argument("--fault-rank", type=int, default=None,
+                   help="rank whose node faults, whatever node it landed on (overrides --fault-node)")
     p.add_argument("--fault-iteration", type=int, default=25, help="iteration at which the fault fires (default: %(default)s)")
     p.add_argument("--fault-marker", default=None,
                    help="marker file; the fault fires only if it does not exist "
@@ -256,7 +258,10 @@ def main(argv: list[str] | None = None) -> int:
     # nobody trains (and rank 0 never overwrites the checkpoint) before every rank has loaded it
     dist.barrier()
 
-    fault_here = args.fault != "none" and me.node == args.fault_node
+    if args.fault_rank is not None:
+        fault_here = args.fault != "none" and me.rank == args.fault_rank
+    else:
+        fault_here = args.fault != "none" and me.node == args.fault_node
     slow_active = False
 
     for it in range(start_it, args.iterations + 1):

@@ -324,7 +324,9 @@ def main() -> None:
 
     code = 0
     try:
-        app(standalone_mode=False)
+        rv = app(standalone_mode=False)
+        if isinstance(rv, int):  # click returns typer.Exit's code when not in standalone mode
+            code = rv
     except Fail as e:
         err.print(f"[red]error:[/] {e}")
         code = e.code
@@ -337,6 +339,8 @@ def main() -> None:
     except typer.Exit as e:
         code = e.exit_code
     except SystemExit as e:
+        if isinstance(e.code, str):
+            err.print(f"[red]error:[/] {e.code}")
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     except (typer.Abort, KeyboardInterrupt):
         code = 130

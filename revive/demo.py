@@ -85,7 +85,7 @@ def submit_job(run: str, fault: str, state: Path) -> tuple[str, Path, Path]:
             f"--job-name=revive-demo-{run}", "-o", str(log), '--comment={"revive":{"policy":"demo"}}',
             str(REPO / "examples" / "train.sbatch"),
             "--ckpt-dir", str(out_dir / "ckpt"), "--iterations", "100000", "--step-seconds", "0.3",
-            "--ckpt-every", "10", "--fault", fault, "--fault-node", "node2", "--fault-iteration", "15",
+            "--ckpt-every", "10", "--fault", fault, "--fault-rank", "1", "--fault-iteration", "15",
             "--fault-marker", str(out_dir / "fault.json")]
     r = subprocess.run(argv, env=env, text=True, capture_output=True)
     if r.returncode != 0:
@@ -180,6 +180,12 @@ def run_demo(fault: str = "xid79", interactive: bool = False, keep: bool = False
     cluster_dir, tdir = env_dirs()
     start_services()
     cfg_path = cluster_dir / "cluster.yaml"
+    from revive.config import load_cluster_config
+
+    cfg = load_cluster_config(cfg_path)
+    if cfg.slurm_conf:
+        os.environ["SLURM_CONF"] = cfg.slurm_conf  # sbatch/scontrol of this cluster, not /etc/slurm
+    os.environ["REVIVE_CLUSTER_DIR"] = str(cluster_dir)  # train.py writes the Xid line to <dir>/nodes/<node>/kern.log
     state = cluster_dir / "revive-state"
     state.mkdir(parents=True, exist_ok=True)
     ui = f"http://127.0.0.1:{os.environ.get('REVIVE_TEMPORAL_UI_PORT', '8233')}"
@@ -194,7 +200,7 @@ def run_demo(fault: str = "xid79", interactive: bool = False, keep: bool = False
     run = uuid.uuid4().hex[:8]
     job, log, marker = submit_job(run, fault, state)
     say(f"submitted job {job}: 2 nodes, gloo all-reduce every step, checkpoint every 10 steps; "
-        f"fault {fault} on node2 at iteration 15; log {log}")
+        f"fault {fault} on rank 1's node (node2 on a fresh cluster) at iteration 15; log {log}")
     rc = 1
     try:
         out = asyncio.run(follow(cfg_path, job, interactive, ui, deadline_s=240))

@@ -24,7 +24,8 @@ class RequeueExcludeRunbook:
             await steps.check_same_job(inp)
             if inp.plan.drain_nodes:
                 log.add(await steps.drain(inp, inp.plan.drain_nodes))
-            log.add(await steps.requeue(inp, exclude=inp.plan.exclude_nodes))
+            requeued = await steps.requeue(inp, exclude=inp.plan.exclude_nodes)
+            log.add(requeued)
         except steps.StepRefused as e:
             return log.refused(str(e))
-        return log.done(await steps.verify(inp, excluded=inp.plan.exclude_nodes))
+        return log.done(await steps.verify(inp, excluded=inp.plan.exclude_nodes, requeued=requeued))

@@ -24,7 +24,8 @@ class HangRunbook:
         try:
             job = await steps.check_same_job(inp)
             log.diagnostics = await steps.diagnose(inp, job.nodes)
-            log.add(await steps.requeue(inp))
+            requeued = await steps.requeue(inp)
+            log.add(requeued)
         except steps.StepRefused as e:
             return log.refused(str(e))
-        return log.done(await steps.verify(inp, excluded=[]))
+        return log.done(await steps.verify(inp, excluded=[], requeued=requeued))

@@ -20,7 +20,8 @@ class DrainAndRequeueRunbook:
             await steps.check_same_job(inp)
             log.add(await steps.drain(inp, inp.plan.drain_nodes))
             # Drain first, then a plain requeue: no hold to strand, and Slurm never picks a drained node.
-            log.add(await steps.requeue(inp))
+            requeued = await steps.requeue(inp)
+            log.add(requeued)
         except steps.StepRefused as e:
             return log.refused(str(e))
-        return log.done(await steps.verify(inp, excluded=inp.plan.drain_nodes))
+        return log.done(await steps.verify(inp, excluded=inp.plan.drain_nodes, requeued=requeued))

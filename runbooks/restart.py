@@ -18,7 +18,8 @@ class RestartInPlaceRunbook:
         log = steps.RunbookLog("restart_in_place")
         try:
             await steps.check_same_job(inp)
-            log.add(await steps.requeue(inp))
+            requeued = await steps.requeue(inp)
+            log.add(requeued)
         except steps.StepRefused as e:
             return log.refused(str(e))
-        return log.done(await steps.verify(inp, excluded=[]))
+        return log.done(await steps.verify(inp, excluded=[], requeued=requeued))

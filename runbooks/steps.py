@@ -20,6 +20,7 @@ with workflow.unsafe.imports_passed_through():
         DiagnoseInput,
         DrainInput,
         IncidentOutcome,
+        JobIdentity,
         JobRecord,
         RequeueInput,
         RunbookInput,
@@ -87,13 +88,17 @@ async def diagnose(inp: RunbookInput, nodes: list[str]) -> dict[str, str]:
         return {"error": _cause(e)}
 
 
-async def verify(inp: RunbookInput, excluded: list[str]) -> VerifyResult:
-    """Wait for the requeued job to run and print an iteration past its checkpoint."""
+async def verify(inp: RunbookInput, excluded: list[str], requeued: ActionResult | None = None) -> VerifyResult:
+    """Wait for the requeued job to run and print an iteration past its checkpoint. After a
+    resubmission (``requeued.new_job_id``) the new job is followed, from its first attempt."""
     timeout = inp.policy.verify.timeout
+    job, after = inp.job, inp.attempt
+    if requeued is not None and requeued.new_job_id:
+        job, after = JobIdentity(job_id=requeued.new_job_id, user=inp.job.user, name=inp.job.name), -1
     return await workflow.execute_activity_method(
         VerificationActivities.verify_progress,
         VerifyInput(
-            incident_id=inp.incident_id, job=inp.job, log_path=inp.log_path, after_attempt=inp.attempt,
+            incident_id=inp.incident_id, job=job, log_path=inp.log_path, after_attempt=after,
             checkpoint_iteration=inp.checkpoint_iteration, timeout_s=timeout.total_seconds(),
             poll_s=inp.policy.verify.poll_interval.total_seconds(), excluded_nodes=excluded,
         ),

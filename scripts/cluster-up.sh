@@ -328,7 +328,8 @@ temporal:
   namespace: default
 audit_file: $DIR/audit.jsonl
 state_dir: $DIR/revive-state
-partitions: [debug]
+# partitions: [debug]   # uncomment to watch every job of a partition; by default jobs opt in
+#                        # with --comment='{"revive":{"policy":"default"}}'
 local_testbed: true
 YAML
 echo "$SETTINGS" > "$DIR/run/settings"

@@ -49,12 +49,15 @@ def build_activities(client: Client, cfg: ClusterConfig, scheduler: Scheduler, t
     tz = time.localtime().tm_gmtoff if cfg.local_testbed else None
     ev = EvidenceActivities(scheduler, kt, state / "evidence", cfg.ip_to_node, kernel_log_utc_offset_s=tz)
     at = AttributionActivities(external)
-    rm = RemediationActivities(scheduler, arm_release_guard=arm)
+    from activities.jobspec import JobSpecActivities
+
+    rm = RemediationActivities(scheduler, arm_release_guard=arm, jobspec_dir=state / "jobspec")
+    js = JobSpecActivities(scheduler, state / "jobspec")
     vf = VerificationActivities(scheduler)
     au = AuditActivities(Path(cfg.audit_file))
     gd = GuardActivities(client, task_queue)
     return [
-        ev.gather_evidence, at.attribute, at.attribute_external,
+        js.save_job_spec, ev.gather_evidence, at.attribute, at.attribute_external,
         rm.check_identity, rm.drain_nodes, rm.requeue_job, rm.diagnose_hang, rm.read_mode,
         vf.verify_progress, au.append_audit, gd.request_drain_grant, gd.incident_history, notify,
     ]

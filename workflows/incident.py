@@ -19,6 +19,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.guard import GuardActivities
     from activities import notify as notify_activity
     from activities.guard import IncidentHistoryInput
+    from activities.jobspec import JobSpecActivities, SaveJobSpecInput
     from activities.notify import NotifyInput
     from activities.remediation import RemediationActivities
     from revive import retry
@@ -101,12 +102,26 @@ class IncidentWorkflow:
     # ---- stages --------------------------------------------------------------------------------
     async def _gather(self, inp: IncidentInput) -> EvidenceBundle:
         self._set_state("gathering")
+        # patched: incidents recorded before job specs were saved must keep replaying
+        if workflow.patched("save-job-spec"):
+            await self._save_job_spec(inp)
         return await workflow.execute_activity_method(
             EvidenceActivities.gather_evidence,
             GatherEvidenceInput(incident_id=inp.incident_id, cluster=inp.cluster, job_id=inp.job.job_id,
                                 trigger=inp.trigger, log_path=inp.log_path, nodes=inp.nodes),
             start_to_close_timeout=timedelta(minutes=2), retry_policy=retry.READ_ONLY, summary="gather evidence",
         )
+
+    async def _save_job_spec(self, inp: IncidentInput) -> None:
+        """The batch script and options, for a resubmission if the job cannot be requeued."""
+        try:
+            await workflow.execute_activity_method(
+                JobSpecActivities.save_job_spec,
+                SaveJobSpecInput(incident_id=inp.incident_id, cluster=inp.cluster, job_id=inp.job.job_id),
+                start_to_close_timeout=retry.SHORT, retry_policy=retry.READ_ONLY, summary="save job spec",
+            )
+        except ActivityError:
+            pass  # a resubmission then needs slurmctld to still know the job at action time
 
     async def _attribute(self, evidence: EvidenceBundle) -> Attribution:
         self._set_state("attributing")

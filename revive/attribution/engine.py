@@ -575,8 +575,9 @@ def _attribute(bundle: EvidenceBundle, matcher: Matcher) -> Attribution:
     # they are exact; without it, only drop those more than a day older.
     if ctx.attempt_start is not None:
         def _old(e: _Ev) -> bool:
-            # exact stamps: allow two minutes of clock skew between nodes (syslog has 1 s resolution)
-            slack = timedelta(minutes=2) if e.ts_exact else timedelta(hours=26)
+            # exact stamps: allow 10 s of clock skew between nodes (NTP keeps them well under that;
+            # syslog has 1 s resolution)
+            slack = timedelta(seconds=10) if e.ts_exact else timedelta(hours=26)
             return e.kernel and e.ts is not None and e.ts < ctx.attempt_start - slack
         ctx.events = [e for e in ctx.events if not _old(e)]
 

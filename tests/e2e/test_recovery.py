@@ -93,11 +93,12 @@ async def test_xid79_on_node2_auto_drains_and_recovers(slurm_cluster, local_env,
         iid = await h.incident(job)
         res = await h.result(iid)
     assert res.outcome == IncidentOutcome.recovered, (res, log.read_text()[-3000:])
-    assert res.category.value == "gpu_hardware" and res.culprit_nodes == ["node2"]
+    bad = hs.fault_node(marker)
+    assert res.category.value == "gpu_hardware" and res.culprit_nodes == [bad]
     assert res.executed.value == "drain_and_requeue"
-    hs.assert_drained(cfg, "node2")
+    hs.assert_drained(cfg, bad)
     live = await SlurmCLI.from_config(cfg).get_job(job)
-    assert live.state == "RUNNING" and "node2" not in live.nodes and live.restart_count >= 1
+    assert live.state == "RUNNING" and bad not in live.nodes and live.restart_count >= 1
     text = log.read_text()
     assert "resumed from checkpoint at iteration" in text
     assert res.detected_at.timestamp() - hs.fault_time(marker) < 30
@@ -106,15 +107,14 @@ async def test_xid79_on_node2_auto_drains_and_recovers(slurm_cluster, local_env,
 async def test_crash_requeues_without_drain(slurm_cluster, local_env, tmp_path, job_box):
     cfg = slurm_cluster
     async with Harness(cfg, local_env.client, auto_policy(), tmp_path) as h:
-        job, log, _ = hs.submit_train(cfg, "crash", tmp_path / "run")
+        job, log, marker = hs.submit_train(cfg, "crash", tmp_path / "run")
         job_box["job"] = job
         res = await h.result(await h.incident(job))
     assert res.outcome == IncidentOutcome.recovered, (res, log.read_text()[-3000:])
     assert res.category.value == "crash" and res.culprit_nodes == []
     assert res.executed.value == "restart_in_place"
     assert [c[0] for c in h.sched.mutating_calls] == ["requeue"]
-    for n in ("node1", "node2"):
-        hs.assert_not_drained(cfg, n)
+    hs.assert_not_drained(cfg, hs.fault_node(marker))
 
 
 async def test_hang_is_detected_within_the_window_and_recovers(slurm_cluster, local_env, tmp_path, job_box):
@@ -135,14 +135,15 @@ async def test_hang_is_detected_within_the_window_and_recovers(slurm_cluster, lo
 async def test_observe_mode_waits_then_runs_the_plan(slurm_cluster, local_env, tmp_path, job_box):
     cfg = slurm_cluster
     async with Harness(cfg, local_env.client, RecoveryPolicy(verify={"timeout": 240}), tmp_path) as h:
-        job, log, _ = hs.submit_train(cfg, "xid79", tmp_path / "run")
+        job, log, marker = hs.submit_train(cfg, "xid79", tmp_path / "run")
         job_box["job"] = job
         iid = await h.incident(job)
         await h.wait_state(iid, "awaiting_approval")
         await asyncio.sleep(3)
         assert h.sched.mutating_calls == []  # observe mode: nothing touched the cluster
         assert not (tmp_path / "calls.jsonl").exists()
-        hs.assert_not_drained(cfg, "node2")
+        bad = hs.fault_node(marker)
+        hs.assert_not_drained(cfg, bad)
         live = await SlurmCLI.from_config(cfg).get_job(job)
         assert live.restart_count == 0
         await local_env.client.get_workflow_handle(iid).execute_update(
@@ -150,7 +151,7 @@ async def test_observe_mode_waits_then_runs_the_plan(slurm_cluster, local_env, t
         res = await h.result(iid)
     assert res.outcome == IncidentOutcome.recovered and res.decided_by == "oncall-alice"
     assert [c[0] for c in h.sched.mutating_calls] == ["drain_nodes", "requeue"]
-    hs.assert_drained(cfg, "node2")
+    hs.assert_drained(cfg, bad)
 
 
 async def test_reject_runs_nothing(slurm_cluster, local_env, tmp_path, job_box):

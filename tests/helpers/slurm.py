@@ -21,7 +21,8 @@ def slurm_env(cfg) -> dict[str, str]:
 
 def submit_train(cfg, fault: str, out_dir: Path, fault_iteration: int = 12, step_s: float = 0.3,
                  comment: str = '{"revive":{"policy":"test"}}') -> tuple[str, Path, Path]:
-    """Submit the example job on 2 nodes with ``fault`` on node2. Returns (job id, log, marker)."""
+    """Submit the example job on 2 nodes with ``fault`` on rank 1's node (node2 on an idle cluster).
+    Returns (job id, log, marker); the marker file names the node the fault hit."""
     out_dir.mkdir(parents=True, exist_ok=True)
     log = out_dir / "train-%j.out"
     env = dict(slurm_env(cfg), REVIVE_HOME=str(ROOT), REVIVE_PYTHON=sys.executable,
@@ -30,7 +31,7 @@ def submit_train(cfg, fault: str, out_dir: Path, fault_iteration: int = 12, step
             f"--job-name=e2e-{fault}-{uuid.uuid4().hex[:6]}", "-o", str(log), f"--comment={comment}",
             str(ROOT / "examples" / "train.sbatch"), "--ckpt-dir", str(out_dir / "ckpt"),
             "--iterations", "100000", "--step-seconds", str(step_s), "--ckpt-every", "10",
-            "--fault", fault, "--fault-node", "node2", "--fault-iteration", str(fault_iteration),
+            "--fault", fault, "--fault-rank", "1", "--fault-iteration", str(fault_iteration),
             "--fault-marker", str(out_dir / "fault.json")]
     r = subprocess.run(argv, env=env, capture_output=True, text=True, check=True)
     job = r.stdout.strip().split(";")[0]
@@ -62,6 +63,10 @@ def cleanup(cfg, job: str | None) -> None:
         subprocess.run(["scancel", job], env=slurm_env(cfg), capture_output=True)
     for n in ("node1", "node2", "node3", "node4"):
         subprocess.run(["scontrol", "update", f"NodeName={n}", "State=RESUME"], env=slurm_env(cfg), capture_output=True)
+
+
+def fault_node(marker: Path) -> str:
+    return json.loads(marker.read_text())["node"]
 
 
 def fault_time(marker: Path) -> float | None:

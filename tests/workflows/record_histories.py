@@ -4,7 +4,7 @@
 
 Runs three incidents on an in-memory dev server with the production worker over a FakeScheduler
 and writes each workflow's history (incident + runbook child) to ``tests/histories/*.json``.
-Until a release tag, a deliberate workflow change may re-record them (say so in the commit).
+Recordings are kept per ``TAG``: v1 predates ``workflow.patched("save-job-spec")``, v2 has it.
 """
 
 from __future__ import annotations
@@ -30,13 +30,15 @@ from worker.main import build_worker  # noqa: E402
 from workflows.incident import IncidentWorkflow  # noqa: E402
 
 OUT = ROOT / "tests" / "histories"
+TAG = "v2"
+"""Bump when recording after a workflow change; keep older files: they must still replay."""
 
 
 async def record(env, name: str, fault: str, policy: RecoveryPolicy, decide: Decision | None, resumed: bool) -> None:
     tmp = Path(tempfile.mkdtemp())
     sched, cfg, log = fake_cluster(tmp, fault, resumed=resumed)
     tq = f"rec-{uuid.uuid4().hex[:6]}"
-    iid = f"fake-7-20261129T150400-a0-{name}"
+    iid = f"fake-7-20261129T150400-a0-{name}-{TAG}"
     async with build_worker(env.client, cfg, sched, task_queue=tq):
         h = await env.client.start_workflow(IncidentWorkflow.run, incident(log, policy, iid), id=iid, task_queue=tq)
         if decide:

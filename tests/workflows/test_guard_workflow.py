@@ -159,7 +159,7 @@ async def test_request_drain_grant_activity_update_with_start(local_env) -> None
         winner = next(i for i, a in enumerate(answers, 1) if a.granted)
         again = await ga.request_drain_grant(_req(f"inc-{winner}", [f"n{winner}"], cluster))
         assert again.granted
-        await local_env.client.get_workflow_handle(guard_workflow_id(cluster)).terminate()
+        await local_env.client.get_workflow_handle(guard_workflow_id(cluster, tq)).terminate()
 
 
 async def test_incident_history_activity(local_env) -> None:  # type: ignore[no-untyped-def]
