@@ -31,6 +31,10 @@ test: venv ## install what the tests need (venv, Slurm via scripts/cluster-up.sh
 
 bench: venv ## run every benchmark and print its BENCH lines
 	@for b in benchmarks/bench_*.py; do $(PY) $$b $(BENCH_ARGS) || exit 1; done
+	@$(PY) benchmarks/accuracy_cases.py
+
+lint: venv ## static checks (ruff)
+	$(VENV)/bin/ruff check revive workflows activities worker runbooks tests benchmarks examples
 
 up: venv ## start the local cluster and the Temporal dev server (left running)
 	bash scripts/cluster-up.sh && bash scripts/temporal-up.sh

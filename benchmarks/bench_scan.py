@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import re
 import shutil
 import subprocess
 import sys
@@ -53,8 +52,8 @@ def generate(path: Path, size_mb: int, seed: int = 7) -> int:
         if it % 50 == 0:
             lines.append(f" {it % 100}%|█▎        | {it}/162600 [57:18<6:03:11, 15.51s/it]")
         if it % 200 == 0:
-            lines.append(f"[W socket.cpp:601] [c10d] The client socket has failed to connect to [node1]:29500 "
-                         f"(errno: 22 - Invalid argument).")
+            lines.append("[W socket.cpp:601] [c10d] The client socket has failed to connect to [node1]:29500 "
+                         "(errno: 22 - Invalid argument).")
         if it % 400 == 0:
             lines.append(f"node0:4242:4300 [{it % 8}] NCCL INFO Channel 0{it % 8}/0 : 0[0] -> 1[1] via P2P/IPC")
         if it % 1000 == 0:

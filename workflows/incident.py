@@ -29,9 +29,7 @@ with workflow.unsafe.imports_passed_through():
         Action,
         Attribution,
         AuditRecord,
-        Category,
         Decision,
-        Domain,
         EvidenceBundle,
         GatherEvidenceInput,
         IncidentInput,
@@ -172,7 +170,7 @@ class IncidentWorkflow:
         if plan.drain_nodes and self._mode == Mode.auto:
             grant = await self._grant(inp, plan, approved_by=None)
             if not grant.granted:
-                self._breaker_reason = f"breaker: {grant.reason}"
+                self._breaker_reason = grant.reason if grant.reason.startswith("breaker") else f"breaker: {grant.reason}"
                 await self._notify("breaker_tripped", self._breaker_reason)
         if self._mode == Mode.auto and not self._breaker_reason:
             plan.needs_approval = False

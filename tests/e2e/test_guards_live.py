@@ -13,24 +13,20 @@ import asyncio
 import json
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
 import pytest
 
-from activities.jobspec import JobSpecActivities
-from activities.remediation import RemediationActivities
 from revive.failopen import arm_release_guard
 from revive.health import resume_node
-from revive.models import IncidentOutcome, IncidentResult
+from revive.models import IncidentOutcome
 from revive.policy import RecoveryPolicy
 from revive.scheduler.fake import RecordingScheduler
 from revive.scheduler.runners import LocalRunner
 from revive.scheduler.slurm_cli import SlurmCLI
 from tests.helpers import slurm as hs
-from worker.main import build_worker
-from worker.monitor import Monitor
+from tests.helpers.harness import Harness, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slurm, pytest.mark.temporal]
 ROOT = Path(__file__).resolve().parents[2]
@@ -78,16 +74,6 @@ def job_line(cfg, job: str) -> str:
     return hs.scontrol(cfg, "show", "job", "-o", job)
 
 
-async def wait_for(pred, timeout: float, what: str, step: float = 0.3):
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout:
-        v = pred()
-        if v:
-            return v
-        await asyncio.sleep(step)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-
-
 def train_env(cfg) -> dict[str, str]:
     return dict(hs.slurm_env(cfg), REVIVE_HOME=str(ROOT), REVIVE_PYTHON=sys.executable,
                 REVIVE_CLUSTER_DIR=str(Path(cfg.state_dir).parent))
@@ -99,54 +85,13 @@ def train_args(out: Path, fault: str, node: str, it: int) -> list[str]:
             "--fault-iteration", str(it), "--fault-marker", str(out / "fault.json")]
 
 
-class LiveHarness:
-    """Production worker + monitor, isolated from other tests on the shared cluster."""
-
-    def __init__(self, cfg, client, policy: RecoveryPolicy, tmp: Path, tag: str) -> None:
-        self.cfg = cfg.model_copy(update={"name": tag, "partitions": [], "state_dir": str(tmp / "state"),
-                                          "audit_file": str(tmp / "audit.jsonl")})
-        self.policy = policy.model_copy(update={"opt_in": policy.opt_in.model_copy(update={"comment_key": tag})})
-        self.client = client
-        self.tmp = tmp
-        self.sched = RecordingScheduler(SlurmCLI.from_config(self.cfg), record_file=tmp / "calls.jsonl")
-        self.tq = f"live-{tag}"
-        self.monitor = Monitor(self.cfg, self.policy, client, SlurmCLI.from_config(self.cfg), task_queue=self.tq)
-        self.stop = asyncio.Event()
-
-    async def __aenter__(self):
-        jobspec = Path(self.cfg.state_dir) / "jobspec"
-        rm = RemediationActivities(self.sched, jobspec_dir=jobspec)
-        self.worker = build_worker(self.client, self.cfg, self.sched, task_queue=self.tq,
-                                   replace=[rm.check_identity, rm.drain_nodes, rm.requeue_job,
-                                            JobSpecActivities(self.sched, jobspec).save_job_spec])
-        self.wtask = asyncio.create_task(self.worker.run())
-        self.mtask = asyncio.create_task(self.monitor.run(self.stop))
-        return self
-
-    async def __aexit__(self, *exc) -> None:
-        self.stop.set()
-        await self.mtask
-        await self.worker.shutdown()
-
-    async def incident(self, job: str, timeout: float = 60) -> str:
-        return await wait_for(lambda: next((i for i in self.monitor.started if f"-{job}-" in i), None),
-                              timeout, f"an incident for job {job}")
-
-    async def status(self, iid: str) -> dict:
-        return await self.client.get_workflow_handle(iid).query("status")
-
-    async def result(self, iid: str, timeout: float = 90) -> IncidentResult:
-        h = self.client.get_workflow_handle(iid, result_type=IncidentResult)
-        return await asyncio.wait_for(h.result(), timeout)
-
-
 # ---- (1) drain circuit breaker ------------------------------------------------------------------
 async def test_breaker_three_hardware_faults_at_once_drain_exactly_one(slurm_cluster, local_env, tmp_path, box):
     cfg = slurm_cluster
     pol = RecoveryPolicy.model_validate({
         "mode": "auto", "breaker": {"max_fraction": 0.25, "max_nodes": 10, "window": 3600},
         "approval": {"timeout": 25}, "verify": {"timeout": 40}})
-    async with LiveHarness(cfg, local_env.client, pol, tmp_path, box.tag) as h:
+    async with Harness(cfg, local_env.client, pol, tmp_path, box.tag) as h:
         jobs = {}
         for node in ("node1", "node2", "node3"):
             out = tmp_path / node
@@ -167,7 +112,7 @@ async def test_breaker_three_hardware_faults_at_once_drain_exactly_one(slurm_clu
     for n in others:
         r = results[n]
         assert r.outcome == IncidentOutcome.escalated, r
-        assert r.breaker_reason and r.breaker_reason.startswith("breaker: breaker:max_fraction"), r
+        assert r.breaker_reason and r.breaker_reason.startswith("breaker:max_fraction"), r
         assert "approval expired while breaker" in r.reason
         hs.assert_not_drained(cfg, n) if n not in drained else None
     audit = [json.loads(x) for x in (tmp_path / "audit.jsonl").read_text().splitlines()]
@@ -185,7 +130,7 @@ async def test_no_requeue_job_is_resubmitted_with_exclusions(slurm_cluster, loca
                                          "verify": {"timeout": 8}})
     out = tmp_path / "run"
     out.mkdir()
-    async with LiveHarness(cfg, local_env.client, pol, tmp_path, box.tag) as h:
+    async with Harness(cfg, local_env.client, pol, tmp_path, box.tag) as h:
         job = box.sbatch("--no-requeue", "--nodes=2", "--ntasks-per-node=1", "--open-mode=append",
                          f"--job-name=revive-guards-{box.tag}-noreq", "-o", str(out / "train-%j.out"),
                          f"--comment={json.dumps({box.tag: {}})}", *train_args(out, "xid79", "node2", 8),

@@ -5,71 +5,20 @@ Slurm or Temporal is missing."""
 from __future__ import annotations
 
 import asyncio
-import time
-import uuid
-from pathlib import Path
 
 import pytest
 
-from revive.models import Decision, IncidentOutcome, IncidentResult
+from revive.models import Decision, IncidentOutcome
 from revive.policy import RecoveryPolicy
-from revive.scheduler.fake import RecordingScheduler
 from revive.scheduler.slurm_cli import SlurmCLI
 from tests.helpers import slurm as hs
-from worker.main import build_worker
-from worker.monitor import Monitor
+from tests.helpers.harness import Harness
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slurm, pytest.mark.temporal]
 
 
 def test_torch_is_installed() -> None:
     import torch  # noqa: F401  -- e2e tests need it: fail loudly, never skip
-
-
-class Harness:
-    def __init__(self, cfg, client, policy: RecoveryPolicy, tmp: Path) -> None:
-        self.cfg = cfg.model_copy(update={"state_dir": str(tmp / "state"), "audit_file": str(tmp / "audit.jsonl")})
-        self.client = client
-        self.sched = RecordingScheduler(SlurmCLI.from_config(cfg), record_file=tmp / "calls.jsonl")
-        self.tq = f"e2e-{uuid.uuid4().hex[:8]}"
-        self.monitor = Monitor(self.cfg, policy, client, SlurmCLI.from_config(cfg), task_queue=self.tq)
-        self.stop = asyncio.Event()
-
-    async def __aenter__(self):
-        self.worker = build_worker(self.client, self.cfg, self.sched, task_queue=self.tq)
-        self.wtask = asyncio.create_task(self.worker.run())
-        self.mtask = asyncio.create_task(self.monitor.run(self.stop))
-        return self
-
-    async def __aexit__(self, *exc) -> None:
-        self.stop.set()
-        await self.mtask
-        await self.worker.shutdown()
-
-    async def incident(self, job: str, timeout: float = 180) -> str:
-        t0 = time.monotonic()
-        while time.monotonic() - t0 < timeout:
-            for iid in self.monitor.started:
-                if f"-{job}-" in iid:
-                    return iid
-            await asyncio.sleep(0.2)
-        raise AssertionError(f"no incident for job {job} within {timeout} s")
-
-    async def wait_state(self, iid: str, state: str, timeout: float = 60) -> None:
-        h = self.client.get_workflow_handle(iid)
-        t0 = time.monotonic()
-        while time.monotonic() - t0 < timeout:
-            try:
-                if (await h.query("status"))["state"] == state:
-                    return
-            except Exception:
-                pass
-            await asyncio.sleep(0.2)
-        raise AssertionError(f"{iid} never reached {state}")
-
-    async def result(self, iid: str, timeout: float = 400) -> IncidentResult:
-        h = self.client.get_workflow_handle(iid, result_type=IncidentResult)
-        return await asyncio.wait_for(h.result(), timeout)
 
 
 def auto_policy(**kw) -> RecoveryPolicy:
@@ -88,7 +37,7 @@ def job_box(slurm_cluster):
 async def test_xid79_on_node2_auto_drains_and_recovers(slurm_cluster, local_env, tmp_path, job_box):
     cfg = slurm_cluster
     async with Harness(cfg, local_env.client, auto_policy(), tmp_path) as h:
-        job, log, marker = hs.submit_train(cfg, "xid79", tmp_path / "run")
+        job, log, marker = hs.submit_train(cfg, "xid79", tmp_path / "run", comment=h.comment)
         job_box["job"] = job
         iid = await h.incident(job)
         res = await h.result(iid)
@@ -107,7 +56,7 @@ async def test_xid79_on_node2_auto_drains_and_recovers(slurm_cluster, local_env,
 async def test_crash_requeues_without_drain(slurm_cluster, local_env, tmp_path, job_box):
     cfg = slurm_cluster
     async with Harness(cfg, local_env.client, auto_policy(), tmp_path) as h:
-        job, log, marker = hs.submit_train(cfg, "crash", tmp_path / "run")
+        job, log, marker = hs.submit_train(cfg, "crash", tmp_path / "run", comment=h.comment)
         job_box["job"] = job
         res = await h.result(await h.incident(job))
     assert res.outcome == IncidentOutcome.recovered, (res, log.read_text()[-3000:])
@@ -121,7 +70,7 @@ async def test_hang_is_detected_within_the_window_and_recovers(slurm_cluster, lo
     cfg = slurm_cluster
     pol = auto_policy()
     async with Harness(cfg, local_env.client, pol, tmp_path) as h:
-        job, log, marker = hs.submit_train(cfg, "hang", tmp_path / "run")
+        job, log, marker = hs.submit_train(cfg, "hang", tmp_path / "run", comment=h.comment)
         job_box["job"] = job
         iid = await h.incident(job, timeout=240)
         res = await h.result(iid)
@@ -135,7 +84,7 @@ async def test_hang_is_detected_within_the_window_and_recovers(slurm_cluster, lo
 async def test_observe_mode_waits_then_runs_the_plan(slurm_cluster, local_env, tmp_path, job_box):
     cfg = slurm_cluster
     async with Harness(cfg, local_env.client, RecoveryPolicy(verify={"timeout": 240}), tmp_path) as h:
-        job, log, marker = hs.submit_train(cfg, "xid79", tmp_path / "run")
+        job, log, marker = hs.submit_train(cfg, "xid79", tmp_path / "run", comment=h.comment)
         job_box["job"] = job
         iid = await h.incident(job)
         await h.wait_state(iid, "awaiting_approval")
@@ -157,7 +106,7 @@ async def test_observe_mode_waits_then_runs_the_plan(slurm_cluster, local_env, t
 async def test_reject_runs_nothing(slurm_cluster, local_env, tmp_path, job_box):
     cfg = slurm_cluster
     async with Harness(cfg, local_env.client, RecoveryPolicy(), tmp_path) as h:
-        job, _, _ = hs.submit_train(cfg, "crash", tmp_path / "run")
+        job, _, _ = hs.submit_train(cfg, "crash", tmp_path / "run", comment=h.comment)
         job_box["job"] = job
         iid = await h.incident(job)
         await h.wait_state(iid, "awaiting_approval")

@@ -4,7 +4,6 @@ FakeScheduler (which records every mutating call) and real log/kernel-log files.
 from __future__ import annotations
 
 import uuid
-from datetime import timedelta
 
 import pytest
 from temporalio import activity

@@ -1,0 +1,80 @@
+"""Activities without a cluster: identity check, audit idempotency, resume parsing, fallback
+attribution, evidence from unreadable sources."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from activities.attribution import AttributionActivities
+from activities.audit import AuditActivities
+from activities.evidence import EvidenceActivities
+from activities.remediation import identity_problem
+from revive.models import (
+    AuditRecord,
+    EvidenceBundle,
+    GatherEvidenceInput,
+    IncidentOutcome,
+    IncidentResult,
+    JobIdentity,
+    JobRecord,
+    Trigger,
+    TriggerKind,
+)
+from revive.policy import RecoveryPolicy
+from revive.progress import find_resume
+from revive.scheduler.fake import FakeScheduler
+
+NOW = datetime(2026, 11, 29, 15, tzinfo=UTC)
+
+
+def test_identity_problem():
+    want = JobIdentity(job_id="5", user="alice", name="llm", restart_count=1)
+    assert identity_problem(want, JobRecord(job_id="5", user="alice", name="llm", restart_count=2)) is None
+    assert "user" in identity_problem(want, JobRecord(job_id="5", user="bob", name="llm", restart_count=1))
+    assert "name" in identity_problem(want, JobRecord(job_id="5", user="alice", name="other", restart_count=1))
+    assert "restart count" in identity_problem(want, JobRecord(job_id="5", user="alice", name="llm", restart_count=0))
+
+
+async def test_audit_appends_once_per_incident(tmp_path):
+    a = AuditActivities(tmp_path / "audit.jsonl")
+    rec = AuditRecord(incident_id="i1", cluster="c", job_id="1", attempt=0, mode="auto",
+                      trigger=Trigger(kind=TriggerKind.job_state, at=NOW),
+                      result=IncidentResult(incident_id="i1", outcome=IncidentOutcome.recovered),
+                      policy=RecoveryPolicy())
+    await a.append_audit(rec)
+    await a.append_audit(rec)  # a retried activity
+    assert len((tmp_path / "audit.jsonl").read_text().splitlines()) == 1
+
+
+def test_find_resume_needs_a_later_attempt_and_an_iteration_past_the_checkpoint():
+    lines = ["=== attempt restart=0 t", "2026-11-29T15:00:00+00:00 [rank 0 host node1] iteration 12/100 | loss 1",
+             "=== attempt restart=1 t", "2026-11-29T15:01:00+00:00 [rank 0 host node3] resumed from checkpoint at iteration 10"]
+    r = find_resume(lines, after_attempt=0)
+    assert r.resumed_from == 10 and r.first_after is None
+    lines.append("2026-11-29T15:01:01+00:00 [rank 0 host node3] iteration 11/100 | loss 1")
+    r = find_resume(lines, after_attempt=0)
+    assert r.first_after == 11 and r.host_set == {"node3"} and r.first_after_at.second == 1
+    assert find_resume(lines, after_attempt=1).first_after is None
+
+
+async def test_unreadable_log_gives_a_recorded_unknown_not_a_crash(tmp_path):
+    sched = FakeScheduler(cluster="c", jobs=[JobRecord(job_id="1", nodes=["node1"], std_out="/nonexistent/x.out")])
+    ev = EvidenceActivities(sched, str(tmp_path / "{node}.kern"), tmp_path / "ev")
+    trig = Trigger(kind=TriggerKind.job_state, at=NOW, state_from="RUNNING", state_to="FAILED")
+    b = await ev.gather_evidence(GatherEvidenceInput(incident_id="i", cluster="c", job_id="1", trigger=trig, settle_s=0))
+    assert any("unreadable" in n for n in b.notes)
+    a = await AttributionActivities().attribute(b)
+    assert a.domain.value == "unknown" and a.action.value in ("restart_in_place", "escalate")
+    gone = await ev.gather_evidence(GatherEvidenceInput(incident_id="j", cluster="c", job_id="99", trigger=trig, settle_s=0))
+    assert any("not found" in n for n in gone.notes)
+
+
+async def test_engine_failure_falls_back_to_unknown(monkeypatch):
+    import revive.attribution.engine as eng
+
+    def boom(bundle):
+        raise RuntimeError("bug")
+
+    monkeypatch.setattr(eng, "attribute", boom)
+    a = await AttributionActivities().attribute(EvidenceBundle(trigger=Trigger(kind=TriggerKind.no_progress, at=NOW)))
+    assert a.category.value == "hang" and a.domain.value == "unknown" and "bug" in a.explanation

@@ -1,0 +1,64 @@
+"""Detect stage: progress tracking, hang window, root signatures (pure; the clock is passed in)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from worker.detect import AttemptTracker, fault_family, root_hit
+
+T0 = datetime(2026, 11, 29, 15, 0, tzinfo=UTC)
+
+
+def prog(it: int, t: datetime, rank: int = 0) -> str:
+    return f"{t.isoformat()} [rank {rank} host node1] iteration {it}/100 | loss 1.0 | compute_ms 5.0 | step_time_ms 10.0"
+
+
+def test_hang_threshold_is_k_times_median_step_with_a_floor():
+    t = AttemptTracker(k=5, floor_s=60)
+    t.feed("=== attempt restart=0 2026-11-29T15:00:00+00:00", 0)
+    for i in range(1, 11):
+        t.feed(prog(i, T0 + timedelta(seconds=20 * i)), float(i))
+    assert t.threshold_s() == 100.0  # 5 × 20 s median beats the 60 s floor
+    assert not t.hung(10 + 99) and t.hung(10 + 101)
+    fast = AttemptTracker(k=5, floor_s=60)
+    for i in range(1, 11):
+        fast.feed(prog(i, T0 + timedelta(seconds=i)), float(i))
+    assert fast.threshold_s() == 60.0
+
+
+def test_clock_starts_at_first_progress_and_pauses_while_saving_a_checkpoint():
+    t = AttemptTracker(k=5, floor_s=10)
+    t.feed("=== attempt restart=0 x", 0)
+    assert not t.hung(1000)  # no progress yet: the clock has not started
+    t.feed(prog(1, T0), 0)
+    t.feed("2026-11-29T15:00:01+00:00 [rank 0 host node1] saving checkpoint at iteration 1", 1)
+    assert not t.hung(30)  # 29 s of saving do not count
+    t.feed("2026-11-29T15:00:31+00:00 [rank 0 host node1] saved checkpoint at iteration 1", 31)
+    assert t.checkpoint == 1
+    assert not t.hung(35) and t.hung(42)
+
+
+def test_new_attempt_resets_progress_but_keeps_the_checkpoint():
+    t = AttemptTracker(k=5, floor_s=10)
+    t.feed("=== attempt restart=0 x", 0)
+    t.feed(prog(1, T0), 0)
+    t.feed("x [rank 0 host node1] saved checkpoint at iteration 1", 0)
+    t.feed("=== attempt restart=1 y", 5)
+    assert t.attempt == 1 and t.checkpoint == 1 and t.first_progress_mono is None
+
+
+def test_iteration_going_backwards_and_garbage_lines_do_not_break_tracking():
+    t = AttemptTracker()
+    t.feed(prog(5, T0), 0)
+    t.feed(prog(3, T0 - timedelta(seconds=100)), 1)
+    t.feed("\x00\xff garbage ␀ " * 100, 2)
+    assert t.last_iteration == 5
+
+
+def test_root_hit_ignores_benign_noise_and_names_real_roots():
+    assert root_hit(1, "gpu-node-007:44295:44295 [4] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB") is None
+    assert root_hit(1, prog(3, T0)) is None
+    h = root_hit(7, "[rank1]: RuntimeError: CUDA error: unknown error")
+    assert h is not None and h.line_no == 7
+    assert fault_family(h.category) == "gpu"
+    assert fault_family("hang") == "hang" and fault_family("whatever") == "crash"
