@@ -17,6 +17,7 @@ from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Revive: keeps distributed training runs alive.")
@@ -26,6 +27,18 @@ app.add_typer(policy_app, name="policy")
 app.add_typer(node_app, name="node")
 console = Console()
 err = Console(stderr=True)
+
+_CTRL = __import__("re").compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _safe(text: object) -> str:
+    """Untrusted text (log lines, paths, YAML errors) for a rich console: markup escaped and
+    control characters (ANSI/OSC escapes) made visible, so they neither raise nor reach the terminal."""
+    return escape(_CTRL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text)))
+
+
+def _error(msg: object) -> None:
+    err.print("[red]error:[/]", _safe(msg))
 
 DEFAULT_CONFIG = "/tmp/revive-cluster/cluster.yaml"
 ConfigOpt = Annotated[str, typer.Option("--config", "-c", envvar="REVIVE_CONFIG", help="cluster config YAML")]
@@ -124,7 +137,7 @@ def approve(
     config: ConfigOpt = DEFAULT_CONFIG,
 ) -> None:
     """Approve an incident's proposed plan."""
-    console.print(_run(_decide(config, incident, "approve", approver or os.environ.get("USER", ""), note)))
+    console.print(_safe(_run(_decide(config, incident, "approve", approver or os.environ.get("USER", ""), note))))
 
 
 @app.command()
@@ -135,7 +148,7 @@ def reject(
     config: ConfigOpt = DEFAULT_CONFIG,
 ) -> None:
     """Reject an incident's proposed plan (nothing runs)."""
-    console.print(_run(_decide(config, incident, "reject", approver or os.environ.get("USER", ""), note)))
+    console.print(_safe(_run(_decide(config, incident, "reject", approver or os.environ.get("USER", ""), note))))
 
 
 @app.command()
@@ -179,11 +192,11 @@ def show(incident: str, config: ConfigOpt = DEFAULT_CONFIG) -> None:
             desc = await h.describe()
         except RPCError:
             raise Fail(f"no incident {incident!r}", 2) from None
-        console.print(f"[bold]{incident}[/] — {desc.status.name if desc.status else '?'}")
+        console.print(f"[bold]{_safe(incident)}[/] — {desc.status.name if desc.status else '?'}")
         from revive.timeline import timeline
 
         for ts, what in await timeline(h):
-            console.print(f"  {ts}  {what}")
+            console.print(f"  {ts}  {_safe(what)}")
 
     _run(go())
 
@@ -205,9 +218,9 @@ def classify(
         if as_json:
             sys.stdout.write(json.dumps({"path": str(p), **a.model_dump(mode="json")}) + "\n")
         else:
-            t.add_row(str(p), a.category.value, a.domain.value, ",".join(a.culprit_nodes) or "-",
+            t.add_row(_safe(p), a.category.value, a.domain.value, _safe(",".join(a.culprit_nodes) or "-"),
                       ",".join(map(str, a.culprit_ranks)) or "-", a.action.value, f"{a.confidence:.2f}",
-                      (a.root_event.text[:80] if a.root_event else "-"))
+                      _safe(a.root_event.text[:80] if a.root_event else "-"))
     if not as_json:
         console.print(t)
 
@@ -239,7 +252,7 @@ def node_resume(
     cfg = _cfg(config)
     ok, msg = _run(resume_node(SlurmCLI.from_config(cfg), LocalRunner(slurm_conf=cfg.slurm_conf), node,
                                shlex.split(health_cmd) if health_cmd else None, load_policy(policy)))
-    console.print(msg)
+    console.print(_safe(msg))
     if not ok:
         raise Fail(msg, 1)
 
@@ -247,27 +260,59 @@ def node_resume(
 @app.command()
 def explain(incident: str, config: ConfigOpt = DEFAULT_CONFIG) -> None:
     """Evidence → attribution → rule → action → outcome, from the incident's audit record."""
+    from pydantic import ValidationError
+
     from revive.backtest import explain as explain_text
 
     cfg = _cfg(config)
     rec = _audit_record(Path(cfg.audit_file), incident)
     from revive.models import AuditRecord
 
-    r = AuditRecord.model_validate(rec)
-    console.print(explain_text(r.result, r.attribution, r.plan))
+    try:
+        r = AuditRecord.model_validate(rec)
+    except ValidationError as e:
+        why = "; ".join(f"{'.'.join(map(str, x['loc'])) or '<root>'}: {x['msg']}" for x in e.errors()[:5])
+        raise Fail(f"audit record of {incident!r} in {cfg.audit_file} is invalid: {why}", 2) from None
+    console.print(_safe(explain_text(r.result, r.attribution, r.plan)))
 
 
 def _audit_record(path: Path, incident: str) -> dict:
     if not path.exists():
         raise Fail(f"audit file {path} does not exist yet", 2)
-    for line in path.read_text().splitlines():
+    for line in _audit_lines(path):
         try:
             d = json.loads(line)
         except ValueError:
             continue
-        if d.get("incident_id") == incident:
+        if isinstance(d, dict) and d.get("incident_id") == incident:
             return d
     raise Fail(f"no closed incident {incident!r} in {path}", 2)
+
+
+def _audit_lines(path: Path) -> list[str]:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError as e:
+        raise Fail(f"audit file {path}: cannot read: {e.strerror}", 2) from None
+
+
+def _audit_records(path: Path) -> list[dict]:
+    """The audit file's JSON objects; corrupt lines are skipped with a warning, never fatal."""
+    recs, bad = [], 0
+    for x in _audit_lines(path) if path.exists() else []:
+        if not x.strip():
+            continue
+        try:
+            d = json.loads(x)
+        except ValueError:
+            d = None
+        if isinstance(d, dict):
+            recs.append(d)
+        else:
+            bad += 1
+    if bad:
+        err.print(f"[yellow]warning:[/] skipped {bad} unreadable line(s) of {_safe(path)}")
+    return recs
 
 
 @app.command()
@@ -282,13 +327,14 @@ def backtest(
 
     cfg = _cfg(config)
     path = Path(cfg.audit_file)
-    recs = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+    recs = _audit_records(path)
     if since:
-        recs = [r for r in recs if (r.get("result", {}).get("closed_at") or "") >= since]
+        recs = [r for r in recs
+                if str((r.get("result") if isinstance(r.get("result"), dict) else {}).get("closed_at") or "") >= since]
     diffs = run_backtest(recs, load_policy(policy))
     console.print(f"{len(recs)} incidents, {len(diffs)} differ")
     for d in diffs:
-        console.print(f"  {d}")
+        console.print(f"  {_safe(d)}")
 
 
 @app.command()
@@ -299,7 +345,7 @@ def replay(files: list[Path]) -> None:
 
     failures = _run(replay_files(files))
     for f, e in failures.items():
-        err.print(f"[red]FAIL[/] {f}: {e}")
+        err.print(f"[red]FAIL[/] {_safe(f)}: {_safe(e)}")
     if failures:
         raise Fail(f"{len(failures)} of {len(files)} histories do not replay", 1)
     console.print(f"{len(files)} histories replay cleanly")
@@ -328,30 +374,38 @@ def main() -> None:
         if isinstance(rv, int):  # click returns typer.Exit's code when not in standalone mode
             code = rv
     except Fail as e:
-        err.print(f"[red]error:[/] {e}")
+        _error(e)
         code = e.code
     except ReviveError as e:
-        err.print(f"[red]error:[/] {e}")
+        _error(e)
         code = 2
     except RuntimeError as e:
-        err.print(f"[red]error:[/] {e}")
+        _error(e)
         code = 2
     except typer.Exit as e:
         code = e.exit_code
     except SystemExit as e:
         if isinstance(e.code, str):
-            err.print(f"[red]error:[/] {e.code}")
+            _error(e.code)
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     except (typer.Abort, KeyboardInterrupt):
         code = 130
     except Exception as e:  # click usage errors and the like
-        import click
+        try:
+            from click.exceptions import ClickException
+        except ImportError:  # typer >= 0.16 vendors click as typer._click
+            from typer._click.exceptions import ClickException  # type: ignore[no-redef]
 
-        if isinstance(e, click.ClickException):
+        if isinstance(e, ClickException):
             e.show()
             code = e.exit_code
-        else:
-            raise
+        else:  # a bug or an input nobody anticipated: one clear line, the traceback only on request
+            if os.environ.get("REVIVE_DEBUG"):
+                import traceback
+
+                traceback.print_exc()
+            _error(f"unexpected {type(e).__name__}: {e} (set REVIVE_DEBUG=1 for the traceback)")
+            code = 1
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

@@ -192,9 +192,11 @@ def load_cluster_config(path: str | os.PathLike[str]) -> ClusterConfig:
     """Read and validate a cluster config YAML file. Raises :class:`ConfigError`."""
     p = Path(path)
     try:
-        text = p.read_text()
+        text = p.read_text(encoding="utf-8")
     except OSError as e:
         raise ConfigError(f"cluster config {p}: cannot read: {e.strerror}") from e
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"cluster config {p}: not a text file (invalid UTF-8 at byte {e.start})") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:

@@ -16,7 +16,7 @@ from enum import StrEnum
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from revive.errors import ConfigError
 
@@ -37,6 +37,19 @@ class ExpiryAction(StrEnum):
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+    _ZERO_OK: frozenset[str] = frozenset({"backoff"})
+    """Durations that may be zero; every other duration must be positive (a negative approval
+    timeout or poll interval is a typo, never a setting)."""
+
+    @model_validator(mode="after")
+    def _durations_positive(self):
+        for name in type(self).model_fields:
+            v = getattr(self, name)
+            if isinstance(v, timedelta):
+                if v < timedelta(0) or (v == timedelta(0) and name not in self._ZERO_OK):
+                    raise ValueError(f"{name} must be a positive duration, got {v.total_seconds():g} s")
+        return self
 
 
 class ApprovalPolicy(_Strict):
@@ -163,6 +176,8 @@ def load_policy(path: str | Path | None) -> RecoveryPolicy:
         text = p.read_text(encoding="utf-8")
     except OSError as e:
         raise ConfigError(f"{p}: cannot read policy file: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{p}: not a text file (invalid UTF-8 at byte {e.start})") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:

@@ -13,9 +13,16 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
+
+MAX_STEP_INTERVAL_S = 6 * 3600.0
+"""A gap between progress stamps above this is a clock jump (or a bogus stamp), not a step time."""
 
 from revive.progress import parse_attempt, parse_checkpoint, parse_progress
+
+CHECKPOINT_PAUSE_MAX_S = 1800.0
+"""A checkpoint save pauses the hang clock for at most this long (a save stuck on a frozen file
+system is itself a hang)."""
 
 FATAL_JOB_STATES = {"FAILED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL", "DEADLINE"}
 """Leaving RUNNING for one of these is abnormal (CANCELLED by a user and COMPLETED are not)."""
@@ -76,12 +83,17 @@ class AttemptTracker:
             return
         if p.rank is not None:
             self.last_by_rank[f"rank {p.rank}"] = text[:1024]
+        ts = p.timestamp
+        if ts is not None and ts.tzinfo is None:  # ranks may mix naive and zoned stamps
+            ts = ts.replace(tzinfo=timezone.utc)
         if self.last_iteration is None or p.iteration > self.last_iteration:
-            if p.timestamp and self._prev_ts and p.timestamp > self._prev_ts:
-                self.step_intervals.append((p.timestamp - self._prev_ts).total_seconds())
-                self.step_intervals = self.step_intervals[-200:]
-            if p.timestamp:
-                self._prev_ts = p.timestamp
+            if ts and self._prev_ts and ts > self._prev_ts:
+                gap = (ts - self._prev_ts).total_seconds()
+                if gap <= MAX_STEP_INTERVAL_S:
+                    self.step_intervals.append(gap)
+                    self.step_intervals = self.step_intervals[-200:]
+            if ts:
+                self._prev_ts = ts
             self.last_iteration = p.iteration
             self.last_progress_ts = p.timestamp
         if self.first_progress_mono is None:
@@ -98,7 +110,8 @@ class AttemptTracker:
         """Seconds since the last progress line, not counting checkpoint saving."""
         if self.last_progress_mono is None:
             return 0.0
-        paused = self.paused_s + (now - self.saving_since_mono if self.saving_since_mono is not None else 0.0)
+        saving = min(now - self.saving_since_mono, CHECKPOINT_PAUSE_MAX_S) if self.saving_since_mono is not None else 0.0
+        paused = self.paused_s + saving
         return max(0.0, now - self.last_progress_mono - paused)
 
     def hung(self, now: float) -> bool:

@@ -38,14 +38,18 @@ class Follower:
     def __post_init__(self) -> None:
         if self.offsets_file and self.offsets_file.exists():
             try:
-                data = json.loads(self.offsets_file.read_text())
-                for key, v in data.items():
+                data = json.loads(self.offsets_file.read_text(encoding="utf-8", errors="replace"))
+            except (OSError, ValueError):
+                data = {}  # a broken cache means re-reading, never a crash
+            for key, v in (data.items() if isinstance(data, dict) else ()):
+                try:  # entry by entry: one bad entry costs a re-read of that file only
                     c, path, inode = key.split("|", 2)
-                    if c == self.cluster:
-                        self.states[path] = TailState(path=path, inode=int(inode), offset=int(v["offset"]),
-                                                      line_no=int(v.get("line_no", 0)))
-            except (OSError, ValueError, KeyError):
-                self.states = {}  # a broken cache means re-reading, never a crash
+                    st = TailState(path=path, inode=int(inode), offset=int(v["offset"]),
+                                   line_no=int(v.get("line_no", 0)))
+                except (ValueError, KeyError, TypeError, AttributeError, OverflowError):
+                    continue
+                if c == self.cluster and st.offset >= 0 and st.line_no >= 0:
+                    self.states[path] = st
 
     def read_new(self, path: str) -> list[tuple[int, str]]:
         """New complete lines of ``path`` as (1-based line number, text). Missing file → []."""
@@ -68,12 +72,14 @@ class Follower:
         data = st.partial + data
         parts = data.split(b"\n")
         st.partial = parts.pop()
-        if len(st.partial) > LINE_CAP * 4:  # a huge line without newline: keep only its head
-            st.partial = st.partial[: LINE_CAP * 4]
+        if len(st.partial) > LINE_CAP * 4:  # a huge line without newline: keep its head and its tail
+            st.partial = st.partial[: LINE_CAP * 2] + st.partial[-LINE_CAP * 2:]
         out = []
         for raw in parts:
             st.line_no += 1
-            text = raw[: LINE_CAP].decode("utf-8", errors="replace").replace("\x00", "").rstrip("\r")
+            if len(raw) > LINE_CAP:  # the error that ends a long (progress-bar) line is in its tail
+                raw = raw[: LINE_CAP // 2] + b" " + raw[-(LINE_CAP // 2 - 1):]
+            text = raw.decode("utf-8", errors="replace").replace("\x00", "").rstrip("\r")
             out.append((st.line_no, text))
         return out
 

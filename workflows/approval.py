@@ -29,6 +29,8 @@ class ApprovalGate:
 
     def problem(self, d: Decision) -> str | None:
         """Why ``d`` cannot be accepted now, or None. Pure: used by the Update validator."""
+        if not isinstance(d, Decision):
+            return f"expected a decision object {{decision, approver, note}}, got {type(d).__name__}"
         if d.decision not in ("approve", "reject"):
             return f"decision must be 'approve' or 'reject', got {d.decision!r}"
         if not d.approver.strip():

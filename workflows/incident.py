@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from temporalio import workflow
+from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
@@ -276,8 +277,17 @@ class IncidentWorkflow:
             raise ValueError(why)
 
     @workflow.signal(name="decide")
-    def decide_signal(self, d: Decision) -> None:
-        """Same payload as the Update, for the Web UI and ``temporal workflow signal``."""
+    def decide_signal(self, raw: RawValue) -> None:
+        """Same payload as the Update, for the Web UI and ``temporal workflow signal``. A signal
+        cannot be refused, so a payload that is not a valid decision is recorded and ignored."""
+        try:
+            d = workflow.payload_converter().from_payloads([raw.payload], [Decision])[0]
+        except Exception as e:  # noqa: BLE001 - any undecodable payload is recorded, never fatal
+            self._gate.ignored.append(f"invalid decide signal: {type(e).__name__}: {str(e)[:200]}")
+            return
+        if not isinstance(d, Decision):
+            self._gate.ignored.append(f"invalid decide signal: {type(d).__name__}")
+            return
         self._gate.offer(d)
 
     @workflow.signal

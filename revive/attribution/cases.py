@@ -18,6 +18,7 @@ import csv
 import io
 import json
 import re
+import stat
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -36,7 +37,8 @@ def expand_nodelist(spec: str | list[str] | None) -> list[str]:
     if isinstance(spec, list):
         out: list[str] = []
         for s in spec:
-            out.extend(expand_nodelist(str(s)))
+            if isinstance(s, (str, int)) and not isinstance(s, bool):  # null/list/dict entries are not names
+                out.extend(expand_nodelist(str(s)))
         return out
     parts: list[str] = []
     depth, cur = 0, ""
@@ -68,19 +70,34 @@ def expand_nodelist(spec: str | list[str] | None) -> list[str]:
 
 def _read_text(path: Path, notes: list[str]) -> str:
     try:
-        data = path.read_bytes()
+        st = path.stat()
+        if not stat.S_ISREG(st.st_mode):  # a FIFO or device would block or never end
+            notes.append(f"{path.name} unreadable: not a regular file")
+            return ""
+        with open(path, "rb") as fh:
+            if st.st_size > MAX_LOG_BYTES:  # read only the tail: a 2 GB log never lands in memory
+                notes.append(f"{path.name}: {st.st_size} bytes, kept the last {MAX_LOG_BYTES}")
+                fh.seek(st.st_size - MAX_LOG_BYTES)
+                data = fh.read(MAX_LOG_BYTES)
+                data = data[data.find(b"\n") + 1:]
+            else:
+                data = fh.read(MAX_LOG_BYTES + 1)
     except OSError as exc:
         notes.append(f"{path.name} unreadable: {exc}")
         return ""
-    if len(data) > MAX_LOG_BYTES:
-        notes.append(f"{path.name}: {len(data)} bytes, kept the last {MAX_LOG_BYTES}")
-        data = data[-MAX_LOG_BYTES:]
-        data = data[data.find(b"\n") + 1:]
+    if b"\x00" in data:
+        # NUL runs are what copytruncate/crash recovery leave in front of a log: drop them, then
+        # judge what is left (a log padded with NULs is still a log)
+        n = len(data)
+        data = data.replace(b"\x00", b"")
+        notes.append(f"{path.name}: {n - len(data)} NUL bytes removed")
     sample = data[:65536]
     if sample:
         bad = sum(1 for b in sample if b < 9 or 13 < b < 32)
-        if b"\x00" in sample and bad > len(sample) * 0.1:
-            notes.append(f"{path.name} looks binary ({bad} control bytes in the first {len(sample)}); not read")
+        invalid = sample.decode("utf-8", "replace").count("\ufffd")
+        if bad > len(sample) * 0.05 or invalid > len(sample) * 0.1:
+            notes.append(f"{path.name} looks binary ({bad} control bytes, {invalid} invalid UTF-8 sequences "
+                         f"in the first {len(sample)}); not read")
             return ""
     text = data.decode("utf-8", "replace")
     if "\x00" in text:
@@ -185,12 +202,15 @@ def load_case(path: Path | str) -> EvidenceBundle:
             text = _read_text(p, notes)
             return EvidenceBundle(job_log=text, job_log_source=p.name, notes=notes)
         if not p.is_dir():
-            return EvidenceBundle(notes=[f"{p}: no such file or folder"])
+            why = "not a regular file or folder" if p.exists() else "no such file or folder"
+            return EvidenceBundle(notes=[f"{p}: {why}"])
         job = None
         raw: dict = {}
         sj = p / "slurm.json"
         if sj.exists():
-            job, raw = _job_record(sj, notes)
+            job, raw = _job_record(sj, notes) if sj.is_file() else (None, {})
+            if not sj.is_file():
+                notes.append("slurm.json unreadable: not a regular file")
         job_log = ""
         jl = p / "job.log"
         if jl.exists():
@@ -211,13 +231,13 @@ def load_case(path: Path | str) -> EvidenceBundle:
                                 node_states={str(k): str(v) for k, v in (raw.get("node_states") or {}).items()}
                                 if isinstance(raw.get("node_states"), dict) else {})
         tj = p / "trigger.json"
-        if tj.exists():
+        if tj.is_file():
             try:
                 bundle.trigger = Trigger.model_validate_json(tj.read_text(encoding="utf-8"))
             except Exception as exc:
                 notes.append(f"trigger.json invalid: {exc}"[:300])
         bj = p / "bundle.json"
-        if bj.exists():
+        if bj.is_file():
             try:
                 extra = json.loads(bj.read_text(encoding="utf-8"))
                 merged = bundle.model_dump()

@@ -145,6 +145,25 @@ def _parse_ts(ts: str | None, kind: str | None, year: int) -> datetime | None:
     return None
 
 
+def _roll_year(ts: datetime, ctx: _Ctx) -> datetime:
+    """Syslog stamps carry no year: one stamped more than half a year away from the incident's
+    reference time belongs to the neighbouring year (a job that started on Dec 31 and died on Jan 1)."""
+    b = ctx.bundle
+    ref = ctx.attempt_start or (b.trigger.at if b.trigger else None) or (b.job.start_time if b.job else None)
+    if ref is None:
+        return ts
+    if ref.tzinfo is None:
+        ref = ref.replace(tzinfo=timezone.utc)
+    try:
+        if ts < ref - timedelta(days=183):
+            return ts.replace(year=ts.year + 1)
+        if ts > ref + timedelta(days=183):
+            return ts.replace(year=ts.year - 1)
+    except ValueError:  # Feb 29
+        pass
+    return ts
+
+
 # ----------------------------------------------------------------------------- helpers
 def _nodes(bundle: EvidenceBundle) -> list[str]:
     return list(bundle.job.nodes) if bundle.job and bundle.job.nodes else []
@@ -328,6 +347,8 @@ def _collect_kernel(ctx: _Ctx) -> None:
             ts = _parse_ts(meta.ts, meta.ts_kind, ctx.ref_year)
             off = ctx.bundle.kernel_log_utc_offset_s
             syslog_known_zone = meta.ts_kind == "syslog" and ts is not None and off is not None
+            if meta.ts_kind == "syslog" and ts is not None:
+                ts = _roll_year(ts, ctx)
             if syslog_known_zone:
                 ts = ts - timedelta(seconds=off)  # the stamp is the node's local time
             node = _norm_host(meta.host, nodes) or key or default_node

@@ -20,6 +20,7 @@ which a diagnostic for a failed job does not have. So:
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -30,6 +31,8 @@ from revive.scheduler.hostlist import compress_hostlist, expand_hostlist
 from revive.scheduler.runners import CommandRunner, LocalRunner, SSHRunner
 
 __all__ = ["SlurmCLI", "parse_kv_line", "parse_job_line", "parse_node_line", "parse_slurm_time"]
+
+log = logging.getLogger(__name__)
 
 _KEY_RE = re.compile(r"(?:^|(?<=\s))([A-Z][A-Za-z0-9_/:.]*)=")
 
@@ -108,11 +111,31 @@ def _user(v: str | None) -> str | None:
     return v.split("(", 1)[0] or None
 
 
+_JOB_ID = re.compile(r"^[0-9]+$")
+_NODE_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+def _parse_all(out: str, prefix: str, parse):
+    """Parse every record line; a garbled one is logged and skipped, so one bad record never hides
+    every other job or node from the monitor."""
+    recs = []
+    for line in out.splitlines():
+        if not line.startswith(prefix):
+            continue
+        try:
+            recs.append(parse(line))
+        except ValueError as e:
+            log.warning("skipping unparsable scontrol record: %s", e)
+    return recs
+
+
 def parse_job_line(line: str) -> JobRecord:
     """One ``scontrol show job -o`` line → ``JobRecord``."""
     kv = parse_kv_line(line)
     if "JobId" not in kv:
         raise ValueError(f"not a job record: {line[:200]!r}")
+    if not _JOB_ID.match(kv["JobId"]) or "JobState" not in kv:  # truncated or garbled output
+        raise ValueError(f"garbled job record: {line[:200]!r}")
     state = (kv.get("JobState") or "UNKNOWN").split("+", 1)[0].strip() or "UNKNOWN"
     reason = _none(kv.get("Reason"))
     priority = _int(kv.get("Priority"))
@@ -160,6 +183,8 @@ def parse_node_line(line: str) -> NodeRecord:
     kv = parse_kv_line(line)
     if "NodeName" not in kv:
         raise ValueError(f"not a node record: {line[:200]!r}")
+    if not _NODE_NAME.match(kv["NodeName"]) or "State" not in kv:  # truncated or garbled output
+        raise ValueError(f"garbled node record: {line[:200]!r}")
     reason = _none(kv.get("Reason"))
     if reason:
         reason = _REASON_SUFFIX.sub("", reason) or None
@@ -240,11 +265,11 @@ class SlurmCLI:
 
     async def list_jobs(self) -> list[JobRecord]:
         out = await self._run(["scontrol", "show", "job", "-o"])
-        return [parse_job_line(line) for line in out.splitlines() if line.startswith("JobId=")]
+        return _parse_all(out, "JobId=", parse_job_line)
 
     async def get_nodes(self, names: list[str] | None = None) -> list[NodeRecord]:
         out = await self._run(["scontrol", "show", "node", "-o"])
-        nodes = [parse_node_line(line) for line in out.splitlines() if line.startswith("NodeName=")]
+        nodes = _parse_all(out, "NodeName=", parse_node_line)
         if names is None:
             return nodes
         wanted = set(names)
