@@ -7,7 +7,7 @@ INTERACTIVE ?= 0
 KEEP ?= 0
 PYTEST_ARGS ?=
 
-.PHONY: help venv demo test bench down up lint clean
+.PHONY: help venv demo test bench down up lint clean purge
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | sort
@@ -43,6 +43,10 @@ down: ## stop everything the demo or the tests started
 	-@for f in /tmp/revive-cluster/revive-state/{worker,monitor}.pid; do [ -f $$f ] && kill -TERM -- -$$(cat $$f) 2>/dev/null; rm -f $$f; done; true
 	-bash scripts/temporal-down.sh
 	-bash scripts/cluster-down.sh
+
+purge: down ## stop everything and delete the cluster and Temporal state (incident histories too)
+	-bash scripts/temporal-down.sh --purge
+	-bash scripts/cluster-down.sh --purge
 
 clean: down ## remove the venv and build outputs
 	rm -rf $(VENV) build dist *.egg-info

@@ -73,8 +73,10 @@ class RemediationActivities:
     """Cluster-changing activities. ``scheduler`` is a SlurmCLI (or a RecordingScheduler around it)."""
 
     def __init__(self, scheduler: Scheduler, arm_release_guard: object | None = None,
-                 jobspec_dir: str | Path | None = None) -> None:
+                 jobspec_dir: str | Path | None = None, py_spy: str = "py-spy") -> None:
         self.scheduler = scheduler
+        self.py_spy = py_spy
+        """py-spy on the nodes (a path on the local testbed, where nodes are this machine)."""
         self.arm_release_guard = arm_release_guard
         """``async (job_id, after_s) -> pid``: fail-open release of Revive's hold (revive.failopen)."""
         self.jobspec_dir = Path(jobspec_dir) if jobspec_dir else None
@@ -268,7 +270,7 @@ class RemediationActivities:
             dumps = []
             for pid in pids[:4]:
                 try:
-                    rc, text = await self.scheduler.run_on_node(node, ["py-spy", "dump", "--pid", str(pid)], timeout_s=20)
+                    rc, text = await self.scheduler.run_on_node(node, [self.py_spy, "dump", "--pid", str(pid)], timeout_s=20)
                 except Exception as e:
                     rc, text = -1, f"{type(e).__name__}: {e}"
                 dumps.append(f"--- pid {pid} (rc {rc})\n{text}")

@@ -157,6 +157,7 @@ def incidents(
     state: Annotated[Optional[str], typer.Option(help="filter by ReviveState")] = None,
     job: Annotated[Optional[str], typer.Option(help="filter by job id")] = None,
     limit: int = 50,
+    ids: Annotated[bool, typer.Option("--ids", help="print only incident ids, one per line")] = False,
 ) -> None:
     """List incidents (from Temporal visibility)."""
     async def go() -> list:
@@ -170,13 +171,20 @@ def incidents(
         async for wf in client.list_workflows(q, limit=limit):
             sa = wf.typed_search_attributes
             get = lambda name: next((p.value for p in sa if p.key.name == name), None)  # noqa: E731
-            rows.append((wf.id, get("ReviveJobId"), get("ReviveCategory"), get("ReviveState"), get("ReviveMode"),
-                         ",".join(get("ReviveNodes") or []), wf.start_time.strftime("%Y-%m-%d %H:%M:%S")))
+            rows.append((get("ReviveJobId"), get("ReviveCategory"), get("ReviveState"), get("ReviveMode"),
+                         ",".join(get("ReviveNodes") or []), wf.start_time.strftime("%Y-%m-%d %H:%M:%S"), wf.id))
         return rows
 
-    t = Table("incident", "job", "category", "state", "mode", "nodes", "started (UTC)")
-    for r in _run(go()):
-        t.add_row(*[str(x) if x is not None else "" for x in r])
+    rows = _run(go())
+    if ids:
+        for r in rows:
+            sys.stdout.write(f"{r[-1]}\n")
+        return
+    t = Table("job", "category", "state", "mode", "nodes", "started (UTC)", "incident")
+    t.columns[-1].overflow = "fold"  # ids are long: wrap, never cut (they are copied into approve/show)
+    t.columns[-1].min_width = 20
+    for r in rows:
+        t.add_row(*[_safe(x) if x is not None else "" for x in r])
     console.print(t)
 
 

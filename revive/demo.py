@@ -129,6 +129,9 @@ async def follow(cfg_path: Path, job: str, interactive: bool, ui: str, deadline_
         except Exception:
             st = {}
         a, plan, state = st.get("attribution"), st.get("plan"), st.get("state")
+        if state and state not in shown and state != "awaiting_approval":
+            shown.add(state)
+            say(f"state: {state}")
         if a and "a" not in shown:
             shown.add("a")
             say(f"attribution: category={a['category']} domain={a['domain']} culprit={a['culprit_nodes'] or 'unknown'} "
@@ -141,6 +144,7 @@ async def follow(cfg_path: Path, job: str, interactive: bool, ui: str, deadline_
             say(f"plan: runbook={plan['runbook']} action={plan['action']} rule={plan['rule']} "
                 f"drain={plan['drain_nodes']} exclude={plan['exclude_nodes']}")
         if state == "awaiting_approval" and not approved:
+            say(f"state: {state} ({plan.get('approval_reason') if plan else 'observe mode'})")
             cmd = [sys.executable, "-m", "revive.cli", "approve", wid, "--as", "demo", "--config", str(cfg_path),
                    "--note", "approved by make demo"]
             if interactive:
@@ -155,9 +159,6 @@ async def follow(cfg_path: Path, job: str, interactive: bool, ui: str, deadline_
                 r = subprocess.run(cmd, text=True, capture_output=True, cwd=REPO)
                 say(f"  {(r.stdout or r.stderr).strip()}")
                 approved = r.returncode == 0
-        if state and state not in shown:
-            shown.add(state)
-            say(f"state: {state}")
         await asyncio.sleep(0.5)
     res: IncidentResult = await h.result()
     job_now = await sched.get_job(job)

@@ -85,3 +85,40 @@ def test_approve_with_temporal_down_is_a_clear_error(tmp_path):
     cfg.write_text(f"name: t\naudit_file: {tmp_path}/a.jsonl\nstate_dir: {tmp_path}/s\ntemporal: {{address: '127.0.0.1:1'}}\n")
     r = revive("approve", "x", "--as", "alice", "--config", str(cfg))
     assert r.returncode == 2 and "cannot reach Temporal at 127.0.0.1:1" in r.stderr
+
+
+def test_explain_prints_evidence_to_outcome_even_with_markup_like_log_text(tmp_path):
+    from datetime import UTC, datetime
+
+    from revive.models import (
+        Action, Attribution, AuditRecord, Category, Domain, Event, IncidentOutcome, IncidentResult, Plan, Trigger,
+        TriggerKind,
+    )
+    from revive.policy import RecoveryPolicy
+
+    now = datetime(2026, 11, 29, tzinfo=UTC)
+    root = Event(source="job.log", line_no=3, text="[rank0]: RuntimeError: [/__w/pytorch/third_party/gloo/pair.cc:553] "
+                                                    "Connection closed by peer \x1b]0;title\x07")
+    a = Attribution(category=Category.crash, domain=Domain.unknown, action=Action.restart_in_place, root_event=root,
+                    explanation="crash [/bold] with no hardware evidence")
+    plan = Plan(action=Action.restart_in_place, recommended=Action.restart_in_place, runbook="restart_in_place",
+                rule="runbook:restart_in_place")
+    rec = AuditRecord(incident_id="c-1-x-a0-crash", cluster="c", job_id="1", attempt=0, mode="observe",
+                      trigger=Trigger(kind=TriggerKind.job_state, at=now), attribution=a, plan=plan,
+                      result=IncidentResult(incident_id="c-1-x-a0-crash", outcome=IncidentOutcome.recovered,
+                                            rule=plan.rule),
+                      policy=RecoveryPolicy())
+    (tmp_path / "audit.jsonl").write_text("garbage line\n" + rec.model_dump_json() + "\n")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"name: c\naudit_file: {tmp_path}/audit.jsonl\nstate_dir: {tmp_path}/s\n")
+    r = revive("explain", "c-1-x-a0-crash", "--config", str(cfg))
+    assert r.returncode == 0, r.stderr
+    assert "restart_in_place" in r.stdout and "recovered" in r.stdout and "\x1b" not in r.stdout
+    r = revive("explain", "nope", "--config", str(cfg))
+    assert r.returncode == 2 and "no closed incident" in r.stderr
+
+
+def test_usage_errors_are_messages_not_tracebacks():
+    for args in (["show"], ["incidents", "--bogus"], ["nosuchcmd"]):
+        r = revive(*args)
+        assert r.returncode != 0 and "Traceback" not in r.stderr, (args, r.stderr)

@@ -51,7 +51,13 @@ def build_activities(client: Client, cfg: ClusterConfig, scheduler: Scheduler, t
     at = AttributionActivities(external)
     from activities.jobspec import JobSpecActivities
 
-    rm = RemediationActivities(scheduler, arm_release_guard=arm, jobspec_dir=state / "jobspec")
+    import shutil
+    import sys
+
+    py_spy = "py-spy"
+    if cfg.local_testbed:  # the nodes are this machine: use the py-spy installed beside Revive
+        py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    rm = RemediationActivities(scheduler, arm_release_guard=arm, jobspec_dir=state / "jobspec", py_spy=py_spy)
     js = JobSpecActivities(scheduler, state / "jobspec")
     vf = VerificationActivities(scheduler)
     au = AuditActivities(Path(cfg.audit_file))
