@@ -152,6 +152,23 @@ class TemporalConfig(_Model):
     tls: TemporalTLS | None = None
 
 
+class AttributionService(_Model):
+    """Optional external attribution service (``revive.attribution.external``): a fast pass, then
+    a slow one, each with its own timeout (seconds). Its verdict is recorded beside Revive's and
+    never decides or overrides a guard."""
+
+    url: str
+    fast_timeout_s: float = Field(default=5.0, gt=0)
+    slow_timeout_s: float = Field(default=120.0, gt=0)
+    token_file: str | None = None
+    token_env: str | None = None
+
+    def token(self) -> str | None:
+        if not (self.token_file or self.token_env):
+            return None
+        return _read_secret(self.token_file, self.token_env, "attribution.token")
+
+
 class ClusterConfig(_Model):
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
     slurm_conf: str | None = None
@@ -163,6 +180,8 @@ class ClusterConfig(_Model):
     audit_file: str
     state_dir: str
     ip_to_node: dict[str, str] = Field(default_factory=dict)
+    attribution: AttributionService | None = None
+    """External attribution service; None = Revive's rules only."""
     partitions: list[str] | None = None
     """Opt-in allowlist: every job in these partitions is watched. ``None``: only jobs that
     opt in through their ``--comment`` JSON."""

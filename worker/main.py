@@ -31,10 +31,12 @@ def build_activities(client: Client, cfg: ClusterConfig, scheduler: Scheduler, t
     kt = cfg.kernel_log.path_template if cfg.kernel_log else None
     state = Path(cfg.state_dir)
     external = None
-    if getattr(cfg, "attribution_url", None):
-        from revive.attribution.external import ExternalAttribution
+    if cfg.attribution is not None:
+        from revive.attribution.external import ExternalAttributionClient
 
-        external = ExternalAttribution(cfg.attribution_url)  # type: ignore[attr-defined]
+        external = ExternalAttributionClient(cfg.attribution.url, fast_timeout_s=cfg.attribution.fast_timeout_s,
+                                             slow_timeout_s=cfg.attribution.slow_timeout_s,
+                                             token=cfg.attribution.token())
     from revive.failopen import arm_release_guard
     from revive.scheduler.runners import LocalRunner
 

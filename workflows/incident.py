@@ -59,6 +59,7 @@ class IncidentWorkflow:
         self._gate = ApprovalGate(inp.policy.approval.approvers)
         self._attribution: Attribution | None = None
         self._external: Attribution | None = None
+        self._external_handle: workflow.ActivityHandle | None = None
         self._plan: Plan | None = None
         self._mode = inp.policy.mode_for(inp.partition)
         self._extra_triggers: list[str] = []
@@ -128,13 +129,22 @@ class IncidentWorkflow:
             AttributionActivities.attribute, evidence,
             start_to_close_timeout=retry.SHORT, retry_policy=retry.READ_ONLY, summary="attribute",
         )
-        try:  # optional external service: recorded beside Revive's verdict, never decides
-            self._external = await workflow.execute_activity_method(
+        # optional external service: recorded beside Revive's verdict; it never decides, and since
+        # the patch it no longer holds up the plan (its slow pass may take minutes)
+        if workflow.patched("external-attribution-in-background"):
+            self._external_handle = workflow.start_activity_method(
                 AttributionActivities.attribute_external, evidence,
                 start_to_close_timeout=timedelta(minutes=3), retry_policy=retry.PROBE, summary="external attribution",
             )
-        except ActivityError:
-            self._external = None
+        else:
+            try:
+                self._external = await workflow.execute_activity_method(
+                    AttributionActivities.attribute_external, evidence,
+                    start_to_close_timeout=timedelta(minutes=3), retry_policy=retry.PROBE,
+                    summary="external attribution",
+                )
+            except ActivityError:
+                self._external = None
         a = self._attribution
         workflow.upsert_search_attributes([sa.CATEGORY.value_set(a.category.value)])
         return a
@@ -220,6 +230,11 @@ class IncidentWorkflow:
     async def _close(self, outcome: IncidentOutcome, reason: str, runbook: RunbookResult | None = None) -> IncidentResult:
         inp, a, plan = self._inp, self._attribution, self._plan
         d = self._gate.decision
+        if self._external_handle is not None:
+            try:
+                self._external = await self._external_handle
+            except ActivityError:
+                self._external = None
         result = IncidentResult(
             incident_id=inp.incident_id, outcome=outcome, reason=reason,
             category=a.category if a else None, domain=a.domain if a else None,
