@@ -16,8 +16,8 @@ from temporalio import activity
 
 from activities.evidence import read_tail
 from revive.errors import SchedulerError
-from revive.models import VerifyInput, VerifyResult
-from revive.progress import find_resume
+from revive.models import VerifyInput, VerifyResult, WaitCheckpointInput
+from revive.progress import find_resume, parse_checkpoint
 from revive.scheduler.base import Scheduler
 
 
@@ -80,3 +80,25 @@ class VerificationActivities:
                                                      f"(job state {state})")
             activity.heartbeat({"state": state, "offset": start_offset})
             await asyncio.sleep(inp.poll_s)
+
+    @activity.defn(name="wait_for_checkpoint")
+    async def wait_for_checkpoint(self, inp: WaitCheckpointInput) -> int | None:
+        """Wait for the next ``saved checkpoint at iteration N`` (N > ``after_iteration``) in the job
+        log, so that a requeue loses no work. Returns N, or None after ``timeout_s`` seconds."""
+        deadline = time.monotonic() + inp.timeout_s
+        while inp.log_path:
+            try:
+                data, _ = read_tail(Path(inp.log_path), 4 * 1024 * 1024)
+                for line in reversed(data.decode("utf-8", "replace").splitlines()):
+                    ck = parse_checkpoint(line)
+                    if ck and ck[0] == "saved" and (inp.after_iteration is None or ck[1] > inp.after_iteration):
+                        return ck[1]
+                    if line.startswith("=== attempt"):
+                        break  # only the current attempt's checkpoints
+            except OSError:
+                pass
+            if time.monotonic() >= deadline:
+                return None
+            activity.heartbeat()
+            await asyncio.sleep(inp.poll_s)
+        return None

@@ -71,6 +71,8 @@ class TriggerKind(StrEnum):
     log_signature = "log_signature"
     no_progress = "no_progress"
     job_state = "job_state"
+    slow_progress = "slow_progress"
+    """Sustained step-time increase (≥ 5 % for ≥ 10 consecutive steps vs the attempt's baseline)."""
 
 
 class Trigger(BaseModel):
@@ -428,6 +430,15 @@ class DiagnoseInput(BaseModel):
     job: JobIdentity
     nodes: list[str] = Field(default_factory=list)
     last_progress: dict[str, str] = Field(default_factory=dict)
+
+
+class WaitCheckpointInput(BaseModel):
+    incident_id: str
+    log_path: str | None
+    after_iteration: int | None
+    """Wait for ``saved checkpoint at iteration N`` with N above this (None: any)."""
+    timeout_s: float = 600.0
+    poll_s: float = 1.0
 
 
 class VerifyInput(BaseModel):

@@ -12,10 +12,12 @@ from runbooks.exclude import RequeueExcludeRunbook
 from runbooks.hang import HangRunbook
 from runbooks.hardware import DrainAndRequeueRunbook
 from runbooks.restart import RestartInPlaceRunbook
+from runbooks.straggler import StragglerRunbook
 
 RUNBOOKS = {
     "drain_and_requeue": DrainAndRequeueRunbook,
     "requeue_exclude": RequeueExcludeRunbook,
     "restart_in_place": RestartInPlaceRunbook,
     "hang": HangRunbook,
+    "straggler": StragglerRunbook,
 }

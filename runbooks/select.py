@@ -20,6 +20,7 @@ hang                                            hang                         run
 drain_and_requeue, culprit nodes named          drain_and_requeue            runbook:hardware_on_identified_node
 drain_and_requeue, no node identified           restart_in_place             runbook:hardware_node_not_identified
 requeue_exclude_nodes, nodes named              requeue_exclude              runbook:exclude_named_nodes
+straggler, slow node named                      straggler                    runbook:straggler_at_checkpoint
   (repeat offenders among them are drained)
 anything else                                   restart_in_place             runbook:restart_in_place
 ==============================================  ===========================  =====================
@@ -122,10 +123,13 @@ def plan_for(
             return plan(Action.escalate, RUNBOOK_ESCALATE, "budget:max_excluded_nodes_per_job",
                         steps=[PlanStep(kind="notify", nodes=refused, detail="would exclude too many nodes")])
         drain = repeat_offenders(history, allowed, policy, now) if now else []
-        rule = "runbook:exclude_named_nodes" + ("+repeat_offender_drain" if drain else "")
-        steps = [PlanStep(kind="drain", nodes=drain, detail="repeat offender")] if drain else []
+        straggler = cat == Category.straggler
+        rule = ("runbook:straggler_at_checkpoint" if straggler else "runbook:exclude_named_nodes") + (
+            "+repeat_offender_drain" if drain else "")
+        steps = [PlanStep(kind="wait_checkpoint", detail="requeue at the next checkpoint boundary")] if straggler else []
+        steps += [PlanStep(kind="drain", nodes=drain, detail="repeat offender")] if drain else []
         steps.append(PlanStep(kind="requeue_exclude", nodes=allowed, detail="ExcNodeList on the requeued job"))
-        return plan(Action.requeue_exclude_nodes, "requeue_exclude", rule,
+        return plan(Action.requeue_exclude_nodes, "straggler" if straggler else "requeue_exclude", rule,
                     exclude_nodes=allowed, drain_nodes=drain, steps=steps)
     return plan(Action.restart_in_place, "restart_in_place", "runbook:restart_in_place",
                 steps=[PlanStep(kind="requeue", detail="requeue as is; resume from the last checkpoint")])

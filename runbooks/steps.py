@@ -27,6 +27,7 @@ with workflow.unsafe.imports_passed_through():
         RunbookResult,
         VerifyInput,
         VerifyResult,
+        WaitCheckpointInput,
     )
 
 
@@ -106,6 +107,17 @@ async def verify(inp: RunbookInput, excluded: list[str], requeued: ActionResult 
         heartbeat_timeout=timedelta(seconds=30),
         retry_policy=retry.READ_ONLY,
         summary="verify progress resumes",
+    )
+
+
+async def wait_for_checkpoint(inp: RunbookInput, timeout: timedelta) -> int | None:
+    """The next checkpoint the job saves (its iteration), or None when none came in ``timeout``."""
+    return await workflow.execute_activity_method(
+        VerificationActivities.wait_for_checkpoint,
+        WaitCheckpointInput(incident_id=inp.incident_id, log_path=inp.log_path,
+                            after_iteration=inp.checkpoint_iteration, timeout_s=timeout.total_seconds()),
+        start_to_close_timeout=timeout + timedelta(seconds=60), heartbeat_timeout=timedelta(seconds=30),
+        retry_policy=retry.READ_ONLY, summary="wait for the next checkpoint",
     )
 
 

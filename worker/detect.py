@@ -50,6 +50,8 @@ class AttemptTracker:
     paused_s: float = 0.0
     checkpoint: int | None = None
     step_intervals: list[float] = field(default_factory=list)
+    step_ms: list[float] = field(default_factory=list)
+    """Step times of the attempt (``step_time_ms`` of the lowest rank printing it), in ms."""
     last_by_rank: dict[str, str] = field(default_factory=dict)
     _prev_ts: datetime | None = None
 
@@ -83,6 +85,10 @@ class AttemptTracker:
             return
         if p.rank is not None:
             self.last_by_rank[f"rank {p.rank}"] = text[:1024]
+            if p.rank == min(int(k.split()[1]) for k in self.last_by_rank) and p.step_ms is not None:
+                self.step_ms.append(p.step_ms)
+                if len(self.step_ms) > 2000:
+                    del self.step_ms[20:1020]  # keep the baseline (head) and the recent steps
         ts = p.timestamp
         if ts is not None and ts.tzinfo is None:  # ranks may mix naive and zoned stamps
             ts = ts.replace(tzinfo=timezone.utc)
@@ -113,6 +119,15 @@ class AttemptTracker:
         saving = min(now - self.saving_since_mono, CHECKPOINT_PAUSE_MAX_S) if self.saving_since_mono is not None else 0.0
         paused = self.paused_s + saving
         return max(0.0, now - self.last_progress_mono - paused)
+
+    def slowed(self, pct: float = 5.0, n: int = 10, baseline_n: int = 10) -> bool:
+        """Sustained slowdown: the last ``n`` steps all ≥ (1 + pct/100) × the attempt's baseline
+        (median of its first ``baseline_n`` steps after a 2-step warm-up)."""
+        s = self.step_ms
+        if len(s) < 2 + baseline_n + n:
+            return False
+        base = statistics.median(s[2:2 + baseline_n])
+        return base > 0 and all(x >= base * (1 + pct / 100) for x in s[-n:])
 
     def hung(self, now: float) -> bool:
         return self.first_progress_mono is not None and self.silent_for(now) > self.threshold_s()

@@ -67,7 +67,7 @@ def build_activities(client: Client, cfg: ClusterConfig, scheduler: Scheduler, t
     return [
         js.save_job_spec, ev.gather_evidence, at.attribute, at.attribute_external,
         rm.check_identity, rm.drain_nodes, rm.requeue_job, rm.diagnose_hang, rm.read_mode,
-        vf.verify_progress, au.append_audit, gd.request_drain_grant, gd.incident_history, notify,
+        vf.verify_progress, vf.wait_for_checkpoint, au.append_audit, gd.request_drain_grant, gd.incident_history, notify,
     ]
 
 

@@ -164,6 +164,11 @@ class Monitor:
                 kind=TriggerKind.no_progress, at=datetime.now(UTC), since=since,
                 threshold_s=round(t.threshold_s(), 3), source=j.std_out,
                 text=f"no progress line for {t.silent_for(now):.1f} s (threshold {t.threshold_s():.1f} s)"), "hang")
+        if j.state == "RUNNING" and t.attempt >= j.restart_count and t.slowed():
+            await self._trigger(w, j, Trigger(
+                kind=TriggerKind.slow_progress, at=datetime.now(UTC), source=j.std_out,
+                text=f"step time ≥ 5% above the attempt's baseline for 10 consecutive steps "
+                     f"(last {t.step_ms[-1]:.0f} ms)"), "slow")
         if w.last_state == "RUNNING" and j.state != "RUNNING":
             base = j.state.split("+")[0]
             if base in FATAL_JOB_STATES:
@@ -184,7 +189,7 @@ class Monitor:
         existing = w.opened.get(attempt)
         if existing:
             n = w.signalled.get(attempt, 0)
-            if trig.kind == TriggerKind.no_progress or n >= 20:
+            if trig.kind in (TriggerKind.no_progress, TriggerKind.slow_progress) or n >= 20:
                 return  # a hang keeps 'triggering' every pass; repeats beyond 20 add nothing
             w.signalled[attempt] = n + 1
             try:

@@ -529,6 +529,33 @@ def _slow_nodes(bundle: EvidenceBundle) -> tuple[list[str], str]:
     return sorted(slow), f" GPU samples name the slow node(s): {why} vs {statistics.median(list(med.values())):g} MHz job median."
 
 
+def _slow_hosts_from_compute(bundle: EvidenceBundle) -> tuple[list[str], str]:
+    """Hosts whose ranks' compute time (``compute_ms``, which excludes the collective) rose to
+    ≥ 1.3× their own baseline while other hosts' did not: with a collective every step one slow
+    rank makes every rank's step slow, but only its own compute time shows it. Baseline = median of
+    a host's first 5 samples in the window, recent = median of its last 10. Needs two or more hosts
+    and at least one host that did not slow down (else it is job-wide, not a node)."""
+    from revive.progress import parse_progress
+
+    per_host: dict[str, list[float]] = {}
+    for line in bundle.job_log.splitlines()[-400:]:
+        if line.startswith("=== attempt"):
+            per_host = {}  # only the current attempt counts
+            continue
+        p = parse_progress(line)
+        if p and p.host and p.compute_ms is not None:
+            per_host.setdefault(p.host, []).append(p.compute_ms)
+    per_host = {h: v for h, v in per_host.items() if len(v) >= 15}
+    if len(per_host) < 2:
+        return [], ""
+    ratio = {h: statistics.median(v[-10:]) / max(statistics.median(v[:5]), 1e-9) for h, v in per_host.items()}
+    slow = sorted(h for h, r in ratio.items() if r >= 1.3)
+    if not slow or len(slow) == len(ratio):
+        return [], ""
+    why = ", ".join(f"{h} compute ×{ratio[h]:.2f}" for h in slow)
+    return slow, f" Per-rank compute time names the slow node(s): {why} of their own baseline; the others stayed level."
+
+
 def _order_key(ev: _Ev):
     # the driver's own verdict (Xid/SXid) outranks a job-side restatement of the same fault
     authoritative = ev.m.id in ("xid.event", "sxid.event")
@@ -646,6 +673,8 @@ def _attribute(bundle: EvidenceBundle, matcher: Matcher) -> Attribution:
                 root_ev = Event(source=bundle.job_log_source, line_no=ln, timestamp=ts, text=txt,
                                 signature_id="engine.throughput_drop")
             slow, slow_why = _slow_nodes(bundle)
+            if not slow:
+                slow, slow_why = _slow_hosts_from_compute(bundle)
             tail = (slow_why + " Requeue without them." if slow else
                     " No node is named yet: find it from per-node evidence and requeue without it.")
             return Attribution(category=Category.straggler, domain=Domain.hardware, confidence=0.7 if slow else 0.6,

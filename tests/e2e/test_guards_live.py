@@ -79,9 +79,11 @@ def train_env(cfg) -> dict[str, str]:
                 REVIVE_CLUSTER_DIR=str(Path(cfg.state_dir).parent))
 
 
-def train_args(out: Path, fault: str, node: str, it: int) -> list[str]:
+def train_args(out: Path, fault: str, node: str | None, it: int) -> list[str]:
+    """``node``: the node whose rank faults; None = rank 1's node, wherever the job landed."""
+    where = ["--fault-node", node] if node else ["--fault-rank", "1"]
     return [str(ROOT / "examples" / "train.sbatch"), "--ckpt-dir", str(out / "ckpt"), "--iterations", "100000",
-            "--step-seconds", "0.3", "--ckpt-every", "5", "--fault", fault, "--fault-node", node,
+            "--step-seconds", "0.3", "--ckpt-every", "5", "--fault", fault, *where,
             "--fault-iteration", str(it), "--fault-marker", str(out / "fault.json")]
 
 
@@ -133,15 +135,16 @@ async def test_no_requeue_job_is_resubmitted_with_exclusions(slurm_cluster, loca
     async with Harness(cfg, local_env.client, pol, tmp_path, box.tag) as h:
         job = box.sbatch("--no-requeue", "--nodes=2", "--ntasks-per-node=1", "--open-mode=append",
                          f"--job-name=revive-guards-{box.tag}-noreq", "-o", str(out / "train-%j.out"),
-                         f"--comment={json.dumps({box.tag: {}})}", *train_args(out, "xid79", "node2", 8),
+                         f"--comment={json.dumps({box.tag: {}})}", *train_args(out, "xid79", None, 8),
                          env=train_env(cfg))
         iid = await h.incident(job, timeout=90)
         await h.result(iid, 90)
         h.stop.set()  # no incidents for the resubmitted job
+    bad = hs.fault_node(out / "fault.json")
     kinds = [c[0] for c in h.sched.mutating_calls]
     assert kinds == ["drain_nodes", "submit"], h.sched.mutating_calls  # no refused requeue, no cancel
     opts = h.sched.mutating_calls[1][1]["options"]
-    assert "--exclude=node2" in opts and "--no-requeue" in opts and "--nodes=2" in opts, opts
+    assert f"--exclude={bad}" in opts and "--no-requeue" in opts and "--nodes=2" in opts, opts
     audit = json.loads((tmp_path / "audit.jsonl").read_text().splitlines()[-1])
     act = audit["runbook"]["actions"][-1]
     assert act["action"] == "resubmit" and act["new_job_id"], act
@@ -149,7 +152,7 @@ async def test_no_requeue_job_is_resubmitted_with_exclusions(slurm_cluster, loca
     box.jobs.append(new)
     assert "--no-requeue" in act["detail"] and "submit environment cannot be recovered" in act["detail"]
     line = job_line(cfg, new)
-    assert f"JobName=revive-guards-{box.tag}-noreq" in line and "ExcNodeList=node2" in line, line
+    assert f"JobName=revive-guards-{box.tag}-noreq" in line and f"ExcNodeList={bad}" in line, line
     assert f"StdOut={out}/train-{job}.out" in line and "Requeue=0" in line, line
 
 

@@ -117,3 +117,19 @@ async def test_reject_runs_nothing(slurm_cluster, local_env, tmp_path, job_box):
     assert h.sched.mutating_calls == []
     live = await SlurmCLI.from_config(cfg).get_job(job)
     assert live.restart_count == 0 and live.state != "RUNNING"
+
+
+async def test_straggler_is_excluded_at_the_next_checkpoint(slurm_cluster, local_env, tmp_path, job_box):
+    cfg = slurm_cluster
+    async with Harness(cfg, local_env.client, auto_policy(), tmp_path) as h:
+        job, log, marker = hs.submit_train(cfg, "slow", tmp_path / "run", fault_iteration=22, comment=h.comment)
+        job_box["job"] = job
+        res = await h.result(await h.incident(job, timeout=240))
+    slow = hs.fault_node(marker)
+    assert res.outcome == IncidentOutcome.recovered, (res, log.read_text()[-3000:])
+    assert res.category.value == "straggler" and res.culprit_nodes == [slow]
+    assert res.executed.value == "requeue_exclude_nodes" and res.rule == "runbook:straggler_at_checkpoint"
+    assert [c[0] for c in h.sched.mutating_calls] == ["requeue", "update_job", "release"]  # hold, ExcNodeList, release
+    hs.assert_not_drained(cfg, slow)  # excluded from this job, not drained
+    live = await SlurmCLI.from_config(cfg).get_job(job)
+    assert slow in live.exc_nodes and slow not in live.nodes

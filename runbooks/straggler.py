@@ -1,0 +1,39 @@
+"""Runbook: a straggler — the job keeps running, slower, because of one slow node."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from revive.models import ActionResult, RunbookInput, RunbookResult
+    from runbooks import steps
+
+CHECKPOINT_WAIT = timedelta(minutes=30)
+"""Longest wait for the next checkpoint before requeueing anyway (the job is slow, not stopped)."""
+
+
+@workflow.defn
+class StragglerRunbook:
+    """Wait for the next checkpoint boundary (no work lost), then requeue excluding the slow node,
+    then verify the job resumes from that checkpoint."""
+
+    @workflow.run
+    async def run(self, inp: RunbookInput) -> RunbookResult:
+        log = steps.RunbookLog("straggler")
+        try:
+            await steps.check_same_job(inp)
+            saved = await steps.wait_for_checkpoint(inp, CHECKPOINT_WAIT)
+            log.add(ActionResult(action="wait_for_checkpoint", ok=saved is not None, changed=False,
+                                 detail=f"checkpoint saved at iteration {saved}" if saved is not None
+                                 else f"no checkpoint within {CHECKPOINT_WAIT}; requeueing anyway"))
+            if saved is not None:
+                inp = inp.model_copy(update={"checkpoint_iteration": saved})
+            if inp.plan.drain_nodes:
+                log.add(await steps.drain(inp, inp.plan.drain_nodes))
+            requeued = await steps.requeue(inp, exclude=inp.plan.exclude_nodes)
+            log.add(requeued)
+        except steps.StepRefused as e:
+            return log.refused(str(e))
+        return log.done(await steps.verify(inp, excluded=inp.plan.exclude_nodes, requeued=requeued))
