@@ -14,7 +14,9 @@ help: ## list targets
 
 $(VENV)/.installed: pyproject.toml
 	@command -v python3 >/dev/null || { echo "python3 is missing: apt-get install python3 python3-venv"; exit 1; }
-	@test -d $(VENV) || python3 -m venv $(VENV) || { echo "cannot create a venv: apt-get install python3-venv"; exit 1; }
+	@test -d $(VENV) || python3 -m venv $(VENV) 2>/dev/null || { rm -rf $(VENV); \
+	  [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && apt-get install -y -qq python3-venv >/dev/null 2>&1 && python3 -m venv $(VENV); } \
+	  || { echo "cannot create a venv: install python3-venv (apt-get install python3-venv)"; exit 1; }
 	$(PY) -m pip install -q --upgrade pip
 	# torch==2.13.0 is pinned and installed with pip: pip takes the CPU wheel on this machine's disk
 	$(PY) -m pip install -q -e '.[dev,demo]'
