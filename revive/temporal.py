@@ -49,10 +49,12 @@ async def connect(cfg: TemporalConfig, identity: str | None = None) -> Client:
             client_private_key=Path(cfg.tls.key_file).read_bytes(),
             server_root_ca_cert=Path(cfg.tls.ca_file).read_bytes() if cfg.tls.ca_file else None,
         )
+    from revive.telemetry import tracing_interceptors
+
     kw = {"identity": identity} if identity else {}
     try:
         return await Client.connect(cfg.address, namespace=cfg.namespace, tls=tls,
-                                    data_converter=pydantic_data_converter, **kw)
+                                    data_converter=pydantic_data_converter, interceptors=tracing_interceptors(), **kw)
     except Exception as e:
         raise RuntimeError(f"cannot reach Temporal at {cfg.address} (namespace {cfg.namespace}): {e}") from None
 
