@@ -45,6 +45,20 @@ def decode_lines(data: bytes) -> list[str]:
     return [cap_line(x) for x in text.splitlines()]
 
 
+def cut_to_attempt(lines: list[str], attempt: int | None) -> list[str]:
+    """Drop the lines of attempts after ``attempt`` (from the first ``=== attempt restart=N`` line
+    with N > attempt): the evidence is the failed attempt's, not its successor's."""
+    if attempt is None:
+        return lines
+    from revive.progress import parse_attempt
+
+    for i, line in enumerate(lines):
+        n = parse_attempt(line) if line.startswith("=== attempt") else None
+        if n is not None and n > attempt:
+            return lines[:i]
+    return lines
+
+
 class EvidenceActivities:
     """Activities of the gather stage. Built once by the worker with its scheduler and config."""
 
@@ -82,7 +96,7 @@ class EvidenceActivities:
             b.job_log_source = log_path
             try:
                 data, _ = read_tail(Path(log_path))
-                lines = decode_lines(data)
+                lines = cut_to_attempt(decode_lines(data), inp.attempt)
                 window = self.evidence_dir / f"{inp.incident_id}.log"
                 window.parent.mkdir(parents=True, exist_ok=True)
                 blob = "\n".join(lines).encode()

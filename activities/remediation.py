@@ -164,6 +164,13 @@ class RemediationActivities:
         exc = sorted(set(live.exc_nodes) | set(inp.exclude_nodes))
         try:
             if live.restart_count > inp.job.restart_count or live.state == "PENDING":
+                if live.state == "RUNNING" and not set(inp.exclude_nodes) & set(live.nodes):
+                    # Slurm requeued the job itself and the new attempt already runs elsewhere;
+                    # 22.05 refuses ExcNodeList on a running job, and none of its nodes is excluded
+                    return ActionResult(action="requeue", ok=True, changed=False, at=_now(),
+                                        detail=f"Slurm already requeued the job (restarts {live.restart_count}); "
+                                               f"it runs on {','.join(live.nodes)}, none of the excluded nodes "
+                                               f"({','.join(inp.exclude_nodes) or '-'}): nothing to change")
                 if inp.exclude_nodes and set(inp.exclude_nodes) - set(live.exc_nodes):
                     cmds.append(await self.scheduler.update_job(live.job_id, ExcNodeList=",".join(exc)))
                     if live.hold:

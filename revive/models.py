@@ -376,6 +376,9 @@ class GatherEvidenceInput(BaseModel):
     nodes: list[str] = Field(default_factory=list)
     window_lines: int = 400
     """Lines of job log kept in the bundle (the full window goes to a file)."""
+    attempt: int | None = None
+    """The attempt the fault happened in: the log window ends where the next attempt begins
+    (Slurm may already have requeued the job itself, e.g. after a node failure)."""
     settle_s: float = 2.0
     """Seconds to wait for a failing job to finish writing before reading."""
 

@@ -176,11 +176,13 @@ class Monitor:
                     kind=TriggerKind.job_state, at=datetime.now(UTC), state_from="RUNNING", state_to=base,
                     reason=j.reason, text=f"job {j.job_id} RUNNING → {base} (exit {j.exit_code}, reason {j.reason})"),
                     {"NODE_FAIL": "node", "TIMEOUT": "limit", "PREEMPTED": "limit", "OUT_OF_MEMORY": "oom"}.get(base, "crash"))
-            elif j.restart_count > w.last_restart and w.last_restart not in w.opened:
-                await self._trigger(w, j, Trigger(
-                    kind=TriggerKind.job_state, at=datetime.now(UTC), state_from="RUNNING", state_to="REQUEUED",
-                    reason=j.reason, text=f"Slurm requeued job {j.job_id} itself (reason {j.reason})"), "node",
-                    attempt=w.last_restart)
+        if j.restart_count > w.last_restart and w.last_restart not in w.opened:
+            # Slurm requeued the job itself (node failure, preemption): Revive did not, since the
+            # attempt has no incident. Seen whatever state the poll caught (COMPLETING, PENDING …).
+            await self._trigger(w, j, Trigger(
+                kind=TriggerKind.job_state, at=datetime.now(UTC), state_from="RUNNING", state_to="REQUEUED",
+                reason=j.reason, text=f"Slurm requeued job {j.job_id} itself (restarts {w.last_restart} → "
+                                      f"{j.restart_count}, reason {j.reason})"), "node", attempt=w.last_restart)
         w.last_state, w.last_restart, w.job = j.state, j.restart_count, j
 
     async def _trigger(self, w: Watch, j: JobRecord, trig: Trigger, family: str, attempt: int | None = None) -> None:

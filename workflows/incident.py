@@ -108,7 +108,7 @@ class IncidentWorkflow:
         return await workflow.execute_activity_method(
             EvidenceActivities.gather_evidence,
             GatherEvidenceInput(incident_id=inp.incident_id, cluster=inp.cluster, job_id=inp.job.job_id,
-                                trigger=inp.trigger, log_path=inp.log_path, nodes=inp.nodes),
+                                trigger=inp.trigger, log_path=inp.log_path, nodes=inp.nodes, attempt=inp.attempt),
             start_to_close_timeout=timedelta(minutes=2), retry_policy=retry.READ_ONLY, summary="gather evidence",
         )
 

@@ -133,3 +133,29 @@ async def test_straggler_is_excluded_at_the_next_checkpoint(slurm_cluster, local
     hs.assert_not_drained(cfg, slow)  # excluded from this job, not drained
     live = await SlurmCLI.from_config(cfg).get_job(job)
     assert slow in live.exc_nodes and slow not in live.nodes
+
+
+async def test_node_failure_slurm_requeues_and_revive_excludes_the_node(slurm_cluster, local_env, tmp_path, job_box):
+    cfg = slurm_cluster
+    victim = None
+    try:
+        async with Harness(cfg, local_env.client, auto_policy(), tmp_path) as h:
+            job, log, _ = hs.submit_train(cfg, "none", tmp_path / "run", comment=h.comment)
+            job_box["job"] = job
+            sched = SlurmCLI.from_config(cfg)
+            for _ in range(200):  # wait for a checkpoint, then take rank 1's node down
+                if "saved checkpoint at iteration 10" in (log.read_text() if log.exists() else ""):
+                    break
+                await asyncio.sleep(0.2)
+            victim = (await sched.get_job(job)).nodes[1]
+            hs.kill_slurmd(cfg, victim)
+            res = await h.result(await h.incident(job, timeout=120))
+        assert res.outcome == IncidentOutcome.recovered, (res, log.read_text()[-3000:])
+        assert res.category.value == "node_failure" and res.culprit_nodes == [victim]
+        assert res.executed.value == "requeue_exclude_nodes"
+        assert h.sched.mutating_calls == [] or [c[0] for c in h.sched.mutating_calls] == ["update_job"]
+        live = await sched.get_job(job)
+        assert live.state == "RUNNING" and victim not in live.nodes and live.restart_count >= 1
+    finally:
+        if victim:
+            hs.restart_slurmd(cfg, victim)

@@ -74,3 +74,30 @@ def fault_time(marker: Path) -> float | None:
         return float(json.loads(marker.read_text())["unix_time"])
     except (OSError, ValueError, KeyError):
         return None
+
+
+def kill_slurmd(cfg, node: str) -> None:
+    """Kill a node's slurmd (SIGKILL): Slurm marks the node DOWN after SlurmdTimeout and requeues
+    the jobs that ran on it."""
+    import signal
+
+    pidfile = Path(cfg.state_dir).parent / "run" / f"slurmd-{node}.pid"
+    os.kill(int(pidfile.read_text().strip()), signal.SIGKILL)
+
+
+def restart_slurmd(cfg, node: str) -> None:
+    """Start the node's slurmd again the way scripts/cluster-up.sh does, then resume the node."""
+    cluster_dir = str(Path(cfg.state_dir).parent)
+    env = dict(slurm_env(cfg), REVIVE_CLUSTER_DAEMON=cluster_dir)
+    subprocess.run(["setsid", "slurmd", "-N", node], env=env, stdin=subprocess.DEVNULL,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    import time
+
+    for _ in range(100):
+        line = node_line(cfg, node)
+        if "State=DOWN" in line and "NOT_RESPONDING" not in line:
+            break
+        if "State=IDLE" in line or "State=MIXED" in line or "State=ALLOCATED" in line:
+            break
+        time.sleep(0.2)
+    subprocess.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"], env=slurm_env(cfg), capture_output=True)
