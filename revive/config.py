@@ -29,7 +29,6 @@ import os
 from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from revive.errors import ConfigError
@@ -190,10 +189,6 @@ class ClusterConfig(_Model):
     ``run_on_node`` runs the command locally with ``SLURMD_NODENAME=<node>``."""
 
 
-def _field_path(loc: tuple) -> str:
-    return ".".join(str(p) for p in loc) or "<root>"
-
-
 def parse_cluster_config(data: object, source: str = "<config>") -> ClusterConfig:
     """Validate an already-loaded mapping. Raises :class:`ConfigError` naming the field."""
     if not isinstance(data, dict):
@@ -201,23 +196,13 @@ def parse_cluster_config(data: object, source: str = "<config>") -> ClusterConfi
     try:
         return ClusterConfig.model_validate(data)
     except ValidationError as e:
-        problems = []
-        for err in e.errors():
-            problems.append(f"{_field_path(err['loc'])}: {err['msg']}")
-        raise ConfigError(f"{source}: invalid cluster config: " + "; ".join(problems)) from None
+        from revive.yamlfile import field_errors
+
+        raise ConfigError(f"{source}: invalid cluster config: " + "; ".join(field_errors(e))) from None
 
 
 def load_cluster_config(path: str | os.PathLike[str]) -> ClusterConfig:
     """Read and validate a cluster config YAML file. Raises :class:`ConfigError`."""
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as e:
-        raise ConfigError(f"cluster config {p}: cannot read: {e.strerror}") from e
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"cluster config {p}: not a text file (invalid UTF-8 at byte {e.start})") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise ConfigError(f"cluster config {p}: not valid YAML: {e}") from e
-    return parse_cluster_config(data, source=str(p))
+    from revive.yamlfile import read_yaml
+
+    return parse_cluster_config(read_yaml(path, "cluster config"), source=str(path))

@@ -22,10 +22,10 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Protocol
 
+from revive.scheduler.runners import CommandRunner
 from revive.models import JobRecord
 
 log = logging.getLogger(__name__)
@@ -55,16 +55,6 @@ echo $!
 _JOB_ID = re.compile(r"^[0-9]+(_[0-9]+)?$")
 
 
-class Runner(Protocol):
-    async def run(
-        self,
-        argv: Sequence[str],
-        input: str | None = None,
-        timeout_s: float = 30.0,
-        env: Mapping[str, str] | None = None,
-    ) -> tuple[int, str, str]: ...
-
-
 def guard_argv(job_id: str, after_s: float, slurm_conf: str | None) -> list[str]:
     """The argv that arms the guard: ``sh -c <LAUNCH_SCRIPT> revive-arm <GUARD_SCRIPT> <job>
     <after_s> <slurm_conf>``. Values are positional parameters, never interpolated into the
@@ -79,7 +69,7 @@ def guard_argv(job_id: str, after_s: float, slurm_conf: str | None) -> list[str]
 
 
 async def arm_release_guard(
-    runner: Runner, job_id: str, after_s: float, slurm_conf: str | None
+    runner: CommandRunner, job_id: str, after_s: float, slurm_conf: str | None
 ) -> int:
     """Start the detached release guard for ``job_id``; call it just before ``requeuehold``.
 

@@ -8,22 +8,12 @@ with a message saying how to do it by hand.
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from revive.guards import owns_drain
+from revive.scheduler.runners import CommandRunner
 from revive.models import NodeRecord
 from revive.policy import RecoveryPolicy
-
-
-class _Runner(Protocol):
-    async def run(
-        self,
-        argv: Sequence[str],
-        input: str | None = None,
-        timeout_s: float = 30.0,
-        env: Mapping[str, str] | None = None,
-    ) -> tuple[int, str, str]: ...
 
 
 class _Sched(Protocol):
@@ -47,7 +37,7 @@ async def _node(scheduler: _Sched, node: str) -> NodeRecord | None:
 
 async def resume_node(
     scheduler: _Sched,
-    runner: _Runner | None,
+    runner: CommandRunner | None,
     node: str,
     health_cmd: list[str] | None,
     policy: RecoveryPolicy,

@@ -15,7 +15,6 @@ from datetime import timedelta
 from enum import StrEnum
 from pathlib import Path
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from revive.errors import ConfigError
@@ -157,11 +156,9 @@ def parse_policy(data: object, source: str = "<policy>") -> RecoveryPolicy:
     try:
         return RecoveryPolicy.model_validate(data)
     except ValidationError as e:
-        lines = []
-        for err in e.errors():
-            loc = ".".join(str(p) for p in err["loc"]) or "<root>"
-            lines.append(f"{loc}: {err['msg']}")
-        raise ConfigError(f"{source}: invalid policy\n  " + "\n  ".join(lines)) from None
+        from revive.yamlfile import field_errors
+
+        raise ConfigError(f"{source}: invalid policy\n  " + "\n  ".join(field_errors(e))) from None
 
 
 def load_policy(path: str | Path | None) -> RecoveryPolicy:
@@ -171,15 +168,6 @@ def load_policy(path: str | Path | None) -> RecoveryPolicy:
     """
     if path is None:
         return RecoveryPolicy()
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as e:
-        raise ConfigError(f"{p}: cannot read policy file: {e.strerror}") from None
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"{p}: not a text file (invalid UTF-8 at byte {e.start})") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{p}: not valid YAML: {e}") from None
-    return parse_policy(data, str(p))
+    from revive.yamlfile import read_yaml
+
+    return parse_policy(read_yaml(path, "policy file"), str(path))
