@@ -14,7 +14,6 @@ is still the incident's job before acting.
 
 from __future__ import annotations
 
-import os
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -318,10 +317,3 @@ class RemediationActivities:
             activity.logger.warning("policy unreadable, keeping %s: %s", inp.fallback, e)
             return inp.fallback
 
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except OSError:
-        return False
-    return True

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -28,7 +29,7 @@ app.add_typer(node_app, name="node")
 console = Console()
 err = Console(stderr=True)
 
-_CTRL = __import__("re").compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_CTRL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 def _safe(text: object) -> str:

@@ -78,6 +78,15 @@ async def requeue(inp: RunbookInput, exclude: list[str] | None = None) -> Action
         raise StepRefused(_cause(e)) from None
 
 
+async def drain_offenders_and_requeue_excluding(inp: RunbookInput, log: "RunbookLog") -> ActionResult:
+    """Drain the plan's repeat offenders (if any), then requeue with the plan's exclusions."""
+    if inp.plan.drain_nodes:
+        log.add(await drain(inp, inp.plan.drain_nodes))
+    requeued = await requeue(inp, exclude=inp.plan.exclude_nodes)
+    log.add(requeued)
+    return requeued
+
+
 async def diagnose(inp: RunbookInput, nodes: list[str]) -> dict[str, str]:
     try:
         return await workflow.execute_activity_method(

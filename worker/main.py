@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shutil
 import signal
+import sys
+import time
+from datetime import timedelta
 from pathlib import Path
 
 from temporalio.client import Client
@@ -14,10 +18,13 @@ from activities.attribution import AttributionActivities
 from activities.audit import AuditActivities
 from activities.evidence import EvidenceActivities
 from activities.guard import GuardActivities
+from activities.jobspec import JobSpecActivities
 from activities.notify import notify
 from activities.remediation import RemediationActivities
 from activities.verification import VerificationActivities
 from revive.config import ClusterConfig
+from revive.failopen import arm_release_guard
+from revive.scheduler.runners import LocalRunner
 from revive.scheduler.base import Scheduler
 from runbooks import RUNBOOKS
 from workflows.guard import ClusterGuardWorkflow
@@ -37,25 +44,15 @@ def build_activities(client: Client, cfg: ClusterConfig, scheduler: Scheduler, t
         external = ExternalAttributionClient(cfg.attribution.url, fast_timeout_s=cfg.attribution.fast_timeout_s,
                                              slow_timeout_s=cfg.attribution.slow_timeout_s,
                                              token=cfg.attribution.token())
-    from revive.failopen import arm_release_guard
-    from revive.scheduler.runners import LocalRunner
-
     runner = LocalRunner(slurm_conf=cfg.slurm_conf)
 
     async def arm(job_id: str, after_s: float) -> int:
         return await arm_release_guard(runner, job_id, after_s, cfg.slurm_conf)
 
-    import time
-
     # syslog stamps carry no zone: the testbed's kern.log is written on this host, in its local time
     tz = time.localtime().tm_gmtoff if cfg.local_testbed else None
     ev = EvidenceActivities(scheduler, kt, state / "evidence", cfg.ip_to_node, kernel_log_utc_offset_s=tz)
     at = AttributionActivities(external)
-    from activities.jobspec import JobSpecActivities
-
-    import shutil
-    import sys
-
     py_spy = "py-spy"
     if cfg.local_testbed:  # the nodes are this machine: use the py-spy installed beside Revive
         py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
@@ -83,7 +80,7 @@ def build_worker(client: Client, cfg: ClusterConfig, scheduler: Scheduler, task_
     subs = {activity_name(f): f for f in replace or []}
     acts = [subs.pop(activity_name(f), f) for f in build_activities(client, cfg, scheduler, tq)]
     return Worker(client, task_queue=tq, workflows=WORKFLOWS, activities=acts + list(subs.values()),
-                  graceful_shutdown_timeout=__import__("datetime").timedelta(seconds=5))
+                  graceful_shutdown_timeout=timedelta(seconds=5))
 
 
 async def run_worker(cfg: ClusterConfig, scheduler: Scheduler | None = None) -> None:
