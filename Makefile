@@ -35,8 +35,9 @@ bench: venv ## run every benchmark and print its BENCH lines
 	@for b in benchmarks/bench_*.py; do $(PY) $$b $(BENCH_ARGS) || exit 1; done
 	@$(PY) benchmarks/accuracy_cases.py
 
-lint: venv ## static checks (ruff)
-	$(VENV)/bin/ruff check revive workflows activities worker runbooks tests benchmarks examples
+lint: venv ## static checks: ruff (E,W,F,I,B,UP) and mypy over every package
+	$(VENV)/bin/ruff check revive workflows activities worker runbooks cli tests benchmarks examples
+	$(VENV)/bin/mypy
 
 up: venv ## start the local cluster and the Temporal dev server (left running)
 	bash scripts/cluster-up.sh && bash scripts/temporal-up.sh

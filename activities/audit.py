@@ -7,6 +7,7 @@ from pathlib import Path
 
 from temporalio import activity
 
+from activities.blocking import run_blocking
 from revive.models import AuditRecord
 
 
@@ -16,8 +17,11 @@ class AuditActivities:
 
     @activity.defn(name="append_audit")
     async def append_audit(self, rec: AuditRecord) -> str:
-        """Append ``rec`` as one JSON line (O_APPEND + fsync). Idempotent per incident: a retried
-        activity does not write a second record. Returns the file path."""
+        """Append ``rec`` as one JSON line (O_APPEND + fsync, in a thread). Idempotent per
+        incident: a retried activity does not write a second record. Returns the file path."""
+        return await run_blocking(self._append, rec)
+
+    def _append(self, rec: AuditRecord) -> str:
         self.audit_file.parent.mkdir(parents=True, exist_ok=True)
         key = f'"incident_id":"{rec.incident_id}"'
         if self.audit_file.exists():

@@ -1,7 +1,7 @@
 """Gather stage: the evidence bundle an incident's attribution reads.
 
 Reads the job record, node states, a capped window of the job log and the kernel-log lines of the
-job's nodes. Each line is capped at 4 KB and the bundle's log text at ``window_lines`` lines (well
+job's nodes. Each line is capped at 4096 characters (head and tail, ``revive.logline``) and the bundle's log text at ``window_lines`` lines (well
 under Temporal's 2 MB payload limit); the full window (up to 8 MB of the log's tail) goes to a file
 under the evidence dir, and its path and sha256 go into history. Unreadable sources become notes in
 the bundle (attribution then says ``unknown``); nothing here raises for bad input.
@@ -15,19 +15,16 @@ from pathlib import Path
 
 from temporalio import activity
 
+from activities.blocking import run_blocking
 from revive.errors import JobNotFound, SchedulerError
+from revive.logline import cap_line
 from revive.models import EvidenceBundle, GatherEvidenceInput
 from revive.scheduler.base import Scheduler
 
-LINE_CAP = 4096
-"""Bytes kept per line (longer lines are cut and marked)."""
 TAIL_BYTES = 8 * 1024 * 1024
 """Bytes of a log's tail read into the evidence window file."""
 KERNEL_LINES = 200
-
-
-def cap_line(line: str) -> str:
-    return line if len(line) <= LINE_CAP else line[:LINE_CAP] + " …[cut]"
+"""Kernel-log lines kept per node (the newest)."""
 
 
 def read_tail(path: Path, max_bytes: int = TAIL_BYTES) -> tuple[bytes, int]:
@@ -40,7 +37,7 @@ def read_tail(path: Path, max_bytes: int = TAIL_BYTES) -> tuple[bytes, int]:
 
 
 def decode_lines(data: bytes) -> list[str]:
-    """Bytes → lines; invalid UTF-8 replaced, NULs dropped, each line capped."""
+    """Bytes → lines; invalid UTF-8 replaced, NULs dropped, each line capped (``revive.logline``)."""
     text = data.decode("utf-8", errors="replace").replace("\x00", "")
     return [cap_line(x) for x in text.splitlines()]
 
@@ -94,32 +91,37 @@ class EvidenceActivities:
         log_path = inp.log_path or (b.job.std_out if b.job else None)
         if log_path:
             b.job_log_source = log_path
-            try:
-                data, _ = read_tail(Path(log_path))
-                lines = cut_to_attempt(decode_lines(data), inp.attempt)
-                window = self.evidence_dir / f"{inp.incident_id}.log"
-                window.parent.mkdir(parents=True, exist_ok=True)
-                blob = "\n".join(lines).encode()
-                window.write_bytes(blob)
-                b.log_window_path = str(window)
-                b.log_window_sha256 = hashlib.sha256(blob).hexdigest()
-                window_lines = lines[-inp.window_lines:]
-                if not any(x.startswith("=== attempt") for x in window_lines):
-                    # keep the current attempt's boundary: it dates the attempt for the engine
-                    head = next((x for x in reversed(lines[: -inp.window_lines]) if x.startswith("=== attempt")), None)
-                    if head:
-                        window_lines = [head, *window_lines]
-                b.job_log = "\n".join(window_lines)
-            except OSError as e:
-                b.notes.append(f"job log unreadable: {log_path}: {e.strerror or e}")
+            await run_blocking(self._log_window, b, Path(log_path), inp)
         else:
             b.notes.append("no job log path known")
         for node in nodes:
-            b.kernel_logs[node] = self._kernel_lines(node, b.notes)
+            b.kernel_logs[node] = await run_blocking(self._kernel_lines, node, b.notes)
         activity.logger.info("evidence for %s: %d log lines, kernel lines %s, notes %s", inp.incident_id,
                              b.job_log.count("\n") + 1 if b.job_log else 0,
                              {k: len(v) for k, v in b.kernel_logs.items()}, b.notes)
         return b
+
+    def _log_window(self, b: EvidenceBundle, log_path: Path, inp: GatherEvidenceInput) -> None:
+        """Read the log's tail, cut it to the attempt, write the window file, fill ``b.job_log``
+        (blocking: runs in a thread). An unreadable log becomes a note."""
+        try:
+            data, _ = read_tail(log_path)
+            lines = cut_to_attempt(decode_lines(data), inp.attempt)
+            window = self.evidence_dir / f"{inp.incident_id}.log"
+            window.parent.mkdir(parents=True, exist_ok=True)
+            blob = "\n".join(lines).encode()
+            window.write_bytes(blob)
+            b.log_window_path = str(window)
+            b.log_window_sha256 = hashlib.sha256(blob).hexdigest()
+            window_lines = lines[-inp.window_lines:]
+            if not any(x.startswith("=== attempt") for x in window_lines):
+                # keep the current attempt's boundary: it dates the attempt for the engine
+                head = next((x for x in reversed(lines[: -inp.window_lines]) if x.startswith("=== attempt")), None)
+                if head:
+                    window_lines = [head, *window_lines]
+            b.job_log = "\n".join(window_lines)
+        except OSError as e:
+            b.notes.append(f"job log unreadable: {log_path}: {e.strerror or e}")
 
     def _kernel_lines(self, node: str, notes: list[str]) -> list[str]:
         if not self.kernel_log_template:

@@ -16,45 +16,24 @@ from __future__ import annotations
 import re
 from datetime import datetime
 
-from pydantic import BaseModel, Field
 from temporalio import activity
 from temporalio.client import Client, WithStartWorkflowOperation
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError
 
-from revive.guards import (
-    DrainGrant,
-    DrainGrantInput,
-    GuardInput,
+from revive import ids
+from revive.decide.breaker import DrainGrant, DrainGrantInput, GuardInput
+from revive.decide.budgets import (
     JobIncidentHistory,
-    PriorIncident,
     history_from_priors,
     prior_from_result,
 )
-from revive.models import IncidentResult
-from workflows.guard import ClusterGuardWorkflow, guard_workflow_id
+from revive.models import IncidentHistoryInput, IncidentResult
 
 MAX_INCIDENTS_READ = 200
 """Upper bound on closed incidents read per query (a job with more is already far over budget)."""
 
 _SAFE = re.compile(r"^[A-Za-z0-9_.:@+/\-\[\],]+$")
-
-
-class IncidentHistoryInput(BaseModel):
-    """Input of ``incident_history``.
-
-    ``job_submit_time_iso`` (ISO-8601, UTC) bounds the query to incidents started after the job
-    was submitted, so a recycled Slurm job id never inherits another job's history.
-    ``nodes`` + ``nodes_since_iso`` additionally fetch recent incidents of any job on the cluster
-    that implicated those nodes (``JobIncidentHistory.node_incidents``, for repeat offenders).
-    """
-
-    cluster: str
-    job_id: str
-    job_submit_time_iso: str | None = None
-    exclude_incident_id: str | None = None
-    nodes: list[str] = Field(default_factory=list)
-    nodes_since_iso: str | None = None
 
 
 def _q(value: str, what: str) -> str:
@@ -96,15 +75,15 @@ class GuardActivities:
         ``WorkflowUpdateFailedError`` for a request the guard's validator refuses (wrong
         cluster, no nodes): the incident workflow should treat that as a refusal.
         """
-        start_op = WithStartWorkflowOperation(
-            ClusterGuardWorkflow.run,
+        start_op: WithStartWorkflowOperation = WithStartWorkflowOperation(
+            ids.GUARD_WORKFLOW,
             GuardInput(cluster=inp.cluster),
-            id=guard_workflow_id(inp.cluster, self.task_queue),
+            id=ids.guard_workflow_id(inp.cluster, self.task_queue),
             task_queue=self.task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         )
         return await self.client.execute_update_with_start_workflow(
-            ClusterGuardWorkflow.request_drain, inp, start_workflow_operation=start_op
+            ids.GUARD_REQUEST_DRAIN, inp, start_workflow_operation=start_op, result_type=DrainGrant
         )
 
     async def _read(self, query: str) -> list[IncidentResult]:
@@ -129,7 +108,7 @@ class GuardActivities:
         cannot be put in a query; RPC errors propagate (retryable).
         """
         base = (
-            "WorkflowType='IncidentWorkflow' AND ExecutionStatus='Completed' "
+            f"WorkflowType='{ids.INCIDENT_WORKFLOW}' AND ExecutionStatus='Completed' "
             f"AND ReviveCluster={_q(inp.cluster, 'cluster')}"
         )
         query = f"{base} AND ReviveJobId={_q(inp.job_id, 'job id')}"
@@ -152,4 +131,4 @@ class GuardActivities:
         return history
 
 
-__all__ = ["GuardActivities", "IncidentHistoryInput", "PriorIncident"]
+__all__ = ["GuardActivities"]

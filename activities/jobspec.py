@@ -38,7 +38,8 @@ from pydantic import BaseModel, Field
 from temporalio import activity
 
 from revive.errors import JobNotFound, SchedulerError, SchedulerUnavailable
-from revive.models import JobIdentity, JobRecord
+from revive.models import JobIdentity, JobRecord, JobSpecSaved, SaveJobSpecInput
+from revive.scheduler.base import Scheduler
 from revive.scheduler.hostlist import compress_hostlist
 
 ENV_NOTE = ("the submit environment cannot be recovered on Slurm 22.05 without slurmdbd: the "
@@ -46,23 +47,6 @@ ENV_NOTE = ("the submit environment cannot be recovered on Slurm 22.05 without s
 
 _SAFE_ID = re.compile(r"[^A-Za-z0-9_.\-]")
 _UNLIMITED = {"UNLIMITED", "INFINITE", "NONE"}
-
-
-class SaveJobSpecInput(BaseModel):
-    """Input of ``save_job_spec``: which job to save, for which incident."""
-
-    incident_id: str
-    cluster: str
-    job_id: str
-
-
-class JobSpecSaved(BaseModel):
-    """Result of ``save_job_spec`` (small: the script itself stays on disk, out of history)."""
-
-    saved: bool
-    path: str | None = None
-    """The incident's spec directory."""
-    detail: str = ""
 
 
 class SavedJobSpec(BaseModel):
@@ -76,7 +60,7 @@ class SavedJobSpec(BaseModel):
     script_args: list[str] = Field(default_factory=list)
     """Arguments after the script in ``Command=`` (whitespace-split)."""
     raw: str | None = None
-    """The raw ``scontrol show job -o`` line when the backend exposes it (SlurmCLI)."""
+    """Older specs kept the raw ``scontrol show job -o`` line; no longer written (``job.command``)."""
     script_file: str = "script.sh"
 
 
@@ -211,26 +195,10 @@ def sbatch_options(job: JobRecord, exclude: list[str], *, submit_user: str | Non
     return o
 
 
-async def raw_job_line(scheduler: object, job_id: str) -> str | None:
-    """The raw ``scontrol show job -o`` line when the backend is a ``SlurmCLI`` (possibly wrapped
-    in a ``RecordingScheduler``); None otherwise or on error. Read-only."""
-    inner = scheduler
-    while hasattr(inner, "inner"):
-        inner = inner.inner  # type: ignore[attr-defined]
-    run = getattr(inner, "_run", None)
-    if run is None or not hasattr(inner, "runner"):
-        return None
-    try:
-        out = await run(["scontrol", "show", "job", "-o", str(job_id)], job_id=str(job_id))
-    except (SchedulerError, OSError, TypeError):
-        return None
-    return next((ln for ln in out.splitlines() if ln.startswith("JobId=")), None)
-
-
 class JobSpecActivities:
     """``save_job_spec``: read-only on the cluster, writes under ``root`` (``<state_dir>/jobspec``)."""
 
-    def __init__(self, scheduler: object, root: Path) -> None:
+    def __init__(self, scheduler: Scheduler, root: Path) -> None:
         self.scheduler = scheduler
         self.root = Path(root)
 
@@ -247,11 +215,11 @@ class JobSpecActivities:
             return JobSpecSaved(saved=True, path=str(spec_dir(self.root, inp.incident_id)),
                                 detail="already saved")
         try:
-            job = await self.scheduler.get_job(inp.job_id)  # type: ignore[attr-defined]
+            job = await self.scheduler.get_job(inp.job_id)
         except JobNotFound as e:
             return JobSpecSaved(saved=False, detail=f"job record unavailable: {e}")
         try:
-            script = await self.scheduler.batch_script(inp.job_id)  # type: ignore[attr-defined]
+            script = await self.scheduler.batch_script(inp.job_id)
         except JobNotFound as e:
             return JobSpecSaved(saved=False, detail=f"batch script unavailable: {e}")
         except SchedulerUnavailable:
@@ -260,14 +228,8 @@ class JobSpecActivities:
             return JobSpecSaved(saved=False, detail=f"batch script unavailable: {e}")
         if not script.strip():
             return JobSpecSaved(saved=False, detail="batch script is empty (not a batch job?)")
-        raw = await raw_job_line(self.scheduler, inp.job_id)
-        args: list[str] = []
-        if raw:
-            from revive.scheduler.slurm_cli import parse_kv_line
-
-            args = command_args(parse_kv_line(raw).get("Command"))
         spec = SavedJobSpec(incident_id=inp.incident_id, cluster=inp.cluster, saved_at=datetime.now(UTC),
-                            job=job, script_args=args, raw=raw)
+                            job=job, script_args=command_args(job.command))
         try:
             d = write_job_spec(self.root, spec, script)
         except OSError as e:
@@ -276,7 +238,7 @@ class JobSpecActivities:
 
 
 __all__ = [
-    "ENV_NOTE", "JobSpecActivities", "JobSpecSaved", "SaveJobSpecInput", "SavedJobSpec", "command_args",
+    "ENV_NOTE", "JobSpecActivities", "SavedJobSpec", "command_args",
     "find_job_spec", "load_job_spec", "sbatch_options", "spec_dir", "with_args", "write_job_spec",
 ]
 

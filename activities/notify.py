@@ -8,20 +8,10 @@ above ``(1 + retries) × timeout_s + backoff`` (e.g. 60 s for the defaults) and
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
 from temporalio import activity
 
-from revive.notify import NotifyEvent, NotifyResult, send
-
-
-class NotifyInput(BaseModel):
-    """Input of ``notify``: the event plus the policy's notify settings (seconds)."""
-
-    event: NotifyEvent
-    webhooks: list[str] = Field(default_factory=list)
-    timeout_s: float = 5.0
-    retries: int = 2
-    backoff_s: float = 0.5
+from revive.models import NotifyInput, NotifyResult
+from revive.notify import send
 
 
 @activity.defn(name="notify")

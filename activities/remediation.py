@@ -22,9 +22,8 @@ from temporalio.exceptions import ApplicationError
 
 from activities.jobspec import (
     ENV_NOTE,
-    SavedJobSpec,
-    SaveJobSpecInput,
     JobSpecActivities,
+    SavedJobSpec,
     find_job_spec,
     load_job_spec,
     sbatch_options,
@@ -33,14 +32,17 @@ from activities.jobspec import (
 )
 from revive.errors import JobNotFound, SchedulerCommandError, SchedulerError
 from revive.models import (
+    TERMINAL,
     ActionResult,
     CheckIdentityInput,
     DiagnoseInput,
     DrainInput,
     JobIdentity,
     JobRecord,
+    JobState,
     ModeInput,
     RequeueInput,
+    SaveJobSpecInput,
 )
 from revive.scheduler.base import Scheduler
 
@@ -48,7 +50,6 @@ REQUEUE_DISABLED = "presently disabled"
 """slurmctld's answer to ``scontrol requeue`` for a job submitted with ``--no-requeue``."""
 RESUBMITTED_FILE = "resubmitted.json"
 
-TERMINAL = {"FAILED", "CANCELLED", "COMPLETED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL", "DEADLINE"}
 
 
 def identity_problem(want: JobIdentity, live: JobRecord) -> str | None:
@@ -71,12 +72,12 @@ def _now() -> datetime:
 class RemediationActivities:
     """Cluster-changing activities. ``scheduler`` is a SlurmCLI (or a RecordingScheduler around it)."""
 
-    def __init__(self, scheduler: Scheduler, arm_release_guard: object | None = None,
+    def __init__(self, scheduler: Scheduler, arm_hold_release: object | None = None,
                  jobspec_dir: str | Path | None = None, py_spy: str = "py-spy") -> None:
         self.scheduler = scheduler
         self.py_spy = py_spy
         """py-spy on the nodes (a path on the local testbed, where nodes are this machine)."""
-        self.arm_release_guard = arm_release_guard
+        self.arm_hold_release = arm_hold_release
         """``async (job_id, after_s) -> pid``: fail-open release of Revive's hold (revive.failopen)."""
         self.jobspec_dir = Path(jobspec_dir) if jobspec_dir else None
         """Where ``save_job_spec`` stored job specs (``<state_dir>/jobspec``); None = no resubmission."""
@@ -103,7 +104,7 @@ class RemediationActivities:
         except JobNotFound as e:
             saved = self._saved(job, incident_id) if allow_purged else None
             if saved is not None and identity_problem(job, saved[0].job) is None:
-                return saved[0].job.model_copy(update={"state": "PURGED", "nodes": []})
+                return saved[0].job.model_copy(update={"state": JobState.PURGED, "nodes": []})
             raise ApplicationError(str(e), type="JobNotFound", non_retryable=True) from None
         why = identity_problem(job, live)
         if why:
@@ -179,8 +180,8 @@ class RemediationActivities:
                 return ActionResult(action="requeue", ok=True, changed=False, at=_now(),
                                     detail=f"already requeued (state {live.state}, restarts {live.restart_count})")
             if inp.exclude_nodes:
-                if self.arm_release_guard is not None:
-                    await self.arm_release_guard(live.job_id, inp.hold_release_after_s)  # type: ignore[operator]
+                if self.arm_hold_release is not None:
+                    await self.arm_hold_release(live.job_id, inp.hold_release_after_s)  # type: ignore[operator]
                 cmds.append(await self.scheduler.requeue(live.job_id, hold=True))
                 cmds.append(await self.scheduler.update_job(live.job_id, ExcNodeList=",".join(exc)))
                 cmds.append(await self.scheduler.release(live.job_id))
@@ -229,7 +230,7 @@ class RemediationActivities:
                 pass
         cmds: list[list[str]] = []
         try:
-            if live is not None and live.state not in TERMINAL and live.state != "PURGED":
+            if live is not None and live.state not in TERMINAL and live.state != JobState.PURGED:
                 cmds.append(await self.scheduler.cancel(live.job_id))
             drained: list[str] = []
             try:

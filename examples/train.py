@@ -51,7 +51,7 @@ import signal
 import socket
 import sys
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 # Must be set before torch is imported to take effect on its thread pools.
@@ -76,7 +76,7 @@ PORT_RESTART_SLOTS = 8
 
 def iso_now() -> str:
     """UTC ISO-8601 time with milliseconds, e.g. 2026-11-29T15:04:05.123+00:00."""
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
 def syslog_time(t: float) -> str:
@@ -279,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
             now = time.time()
             info = {
                 "kind": args.fault,
-                "time": datetime.fromtimestamp(now, timezone.utc).isoformat(timespec="milliseconds"),
+                "time": datetime.fromtimestamp(now, UTC).isoformat(timespec="milliseconds"),
                 "unix_time": now,
                 "node": me.node,
                 "rank": me.rank,

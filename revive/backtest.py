@@ -3,7 +3,7 @@
 - ``explain(result, attribution, plan)`` prints evidence → attribution → rule → action → outcome.
 - ``backtest(records, new_policy)`` re-decides every recorded incident (audit JSONL records) with a
   candidate policy through the same pure decide function the workflow uses
-  (``runbooks.select.plan_for``) and returns where the decision differs.
+  (``revive.decide.plan.plan_for``) and returns where the decision differs.
 
 Audit record (one JSON object per closed incident): ``incident_id, cluster, job_id, attempt,
 mode, attribution (Attribution), plan (Plan), decision, actions, verify, result (IncidentResult),
@@ -12,13 +12,13 @@ policy (RecoveryPolicy)``. Extra keys are ignored; ``attribution``/``plan`` may 
 
 from __future__ import annotations
 
-import inspect
 from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, Field
 
-from revive.guards import history_from_priors, prior_from_result
+from revive.decide.budgets import history_from_priors, prior_from_result
+from revive.decide.plan import plan_for
 from revive.models import Attribution, IncidentResult, Plan
 from revive.policy import RecoveryPolicy
 
@@ -130,12 +130,8 @@ def backtest(records: list[dict], new_policy: RecoveryPolicy) -> list[Diff]:
     The recorded mode is what the candidate's ``mode_for(partition)`` is compared with through
     ``needs_approval`` as decided by ``plan_for``.
 
-    Raises ``ImportError`` when ``runbooks.select.plan_for`` is not available, and pydantic
-    ``ValidationError`` for a malformed record.
+    Raises pydantic ``ValidationError`` for a malformed record.
     """
-    from runbooks.select import plan_for  # lazy: runbooks import workflow code
-
-    takes_now = "now" in inspect.signature(plan_for).parameters
     ordered = sorted(records, key=_closed)
     diffs: list[Diff] = []
     for i, rec in enumerate(ordered):
@@ -151,10 +147,8 @@ def backtest(records: list[dict], new_policy: RecoveryPolicy) -> list[Diff]:
             if str(r.get("cluster", "")) == cluster and str(r.get("job_id", "")) == job_id and r.get("result")
         ]
         history = history_from_priors(priors)
-        kwargs: dict[str, Any] = {}
-        if takes_now:
-            kwargs["now"] = result.detected_at or result.closed_at
-        new = plan_for(attribution, new_policy, history, None, result.checkpoint_iteration, **kwargs)
+        new = plan_for(attribution, new_policy, history, None, result.checkpoint_iteration,
+                       now=result.detected_at or result.closed_at)
         old_d = old.model_dump(mode="json") if old else {}
         new_d = new.model_dump(mode="json")
         changes = {k: (old_d.get(k), new_d.get(k)) for k in _COMPARED if old_d.get(k) != new_d.get(k)}

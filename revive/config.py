@@ -201,7 +201,7 @@ def parse_cluster_config(data: object, source: str = "<config>") -> ClusterConfi
         raise ConfigError(f"{source}: invalid cluster config: " + "; ".join(field_errors(e))) from None
 
 
-def load_cluster_config(path: str | os.PathLike[str]) -> ClusterConfig:
+def load_cluster_config(path: str | Path) -> ClusterConfig:
     """Read and validate a cluster config YAML file. Raises :class:`ConfigError`."""
     from revive.yamlfile import read_yaml
 

@@ -2,7 +2,7 @@
 
 Revive prefers action sequences that leave no hold (drain first, then requeue: Slurm never picks a
 drained node). Where a hold is unavoidable (``requeuehold`` → ``update ExcNodeList`` →
-``release``), the runbook first calls ``arm_release_guard``: it starts an operating-system process
+``release``), the runbook first calls ``arm_hold_release``: it starts an operating-system process
 detached from the worker (its own session via ``setsid``, stdio on ``/dev/null``) that sleeps
 ``after_s`` seconds and then runs ``scontrol release <job>`` — only if the job is still pending
 and held with ``Reason=job_requeued_in_held_state`` (the reason ``requeuehold`` sets). It runs on
@@ -10,11 +10,11 @@ the controller host (``LocalRunner``) or, in SSH mode, on the login node (``SSHR
 neither the worker, nor the monitor, nor Temporal (a Temporal timer needs a worker, so it is not
 enough). The monitor additionally runs ``release_stranded_holds`` as a watchdog.
 
-If the guard cannot be armed (``arm_release_guard`` returns 0) the runbook must not take the hold:
+If the hold release cannot be armed (``arm_hold_release`` returns 0) the runbook must not take the hold:
 it falls back to a hold-free sequence or to approval.
 
-The guard is plain POSIX ``sh`` (no Revive install needed on the login node); the same logic is in
-``scripts/release-guard.sh`` for operators. See ``docs/operations/fail-open.md``.
+The hold release is plain POSIX ``sh`` (no Revive install needed on the login node); the same logic is in
+``scripts/release-hold.sh`` for operators. See ``docs/operations/fail-open.md``.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ import time
 from datetime import UTC, datetime
 from typing import Protocol
 
-from revive.scheduler.runners import CommandRunner
 from revive.models import JobRecord
+from revive.scheduler.runners import CommandRunner
 
 log = logging.getLogger(__name__)
 
@@ -34,29 +34,29 @@ HELD_REASON = "job_requeued_in_held_state"
 """The Slurm reason ``scontrol requeuehold`` leaves on the job."""
 
 # Runs detached. $1 = job id, $2 = seconds to wait, $3 = SLURM_CONF ("" = leave as is).
-GUARD_SCRIPT = r"""
+RELEASE_SCRIPT = r"""
 sleep "$2"
 if [ -n "$3" ]; then SLURM_CONF="$3"; export SLURM_CONF; fi
 out=$(scontrol show job -o "$1" 2>/dev/null) || exit 0
 case "$out" in *"JobState=PENDING"*) ;; *) exit 0 ;; esac
 case "$out" in *"Reason=job_requeued_in_held_state"*) ;; *) exit 0 ;; esac
 if scontrol release "$1"; then
-  command -v logger >/dev/null 2>&1 && logger -t revive-release-guard "released held job $1"
+  command -v logger >/dev/null 2>&1 && logger -t revive-release-hold "released held job $1"
 fi
 exit 0
 """
 
-# Starts GUARD_SCRIPT in a new session with stdio detached, prints its pid, exits at once.
+# Starts RELEASE_SCRIPT in a new session with stdio detached, prints its pid, exits at once.
 LAUNCH_SCRIPT = r"""
-setsid sh -c "$1" revive-release-guard "$2" "$3" "$4" </dev/null >/dev/null 2>&1 &
+setsid sh -c "$1" revive-release-hold "$2" "$3" "$4" </dev/null >/dev/null 2>&1 &
 echo $!
 """
 
 _JOB_ID = re.compile(r"^[0-9]+(_[0-9]+)?$")
 
 
-def guard_argv(job_id: str, after_s: float, slurm_conf: str | None) -> list[str]:
-    """The argv that arms the guard: ``sh -c <LAUNCH_SCRIPT> revive-arm <GUARD_SCRIPT> <job>
+def hold_release_argv(job_id: str, after_s: float, slurm_conf: str | None) -> list[str]:
+    """The argv that arms the hold release: ``sh -c <LAUNCH_SCRIPT> revive-arm <RELEASE_SCRIPT> <job>
     <after_s> <slurm_conf>``. Values are positional parameters, never interpolated into the
     script text. Raises ``ValueError`` for a job id that is not ``<digits>[_<digits>]`` or a
     negative delay."""
@@ -64,34 +64,34 @@ def guard_argv(job_id: str, after_s: float, slurm_conf: str | None) -> list[str]
         raise ValueError(f"not a Slurm job id: {job_id!r}")
     if after_s < 0:
         raise ValueError(f"after_s must be >= 0, got {after_s}")
-    return ["sh", "-c", LAUNCH_SCRIPT, "revive-arm", GUARD_SCRIPT, str(job_id),
+    return ["sh", "-c", LAUNCH_SCRIPT, "revive-arm", RELEASE_SCRIPT, str(job_id),
             f"{after_s:g}", slurm_conf or ""]
 
 
-async def arm_release_guard(
+async def arm_hold_release(
     runner: CommandRunner, job_id: str, after_s: float, slurm_conf: str | None
 ) -> int:
-    """Start the detached release guard for ``job_id``; call it just before ``requeuehold``.
+    """Start the detached hold release for ``job_id``; call it just before ``requeuehold``.
 
     Args:
         runner: ``LocalRunner`` (controller host) or ``SSHRunner`` (login node).
         job_id: Slurm job id.
-        after_s: seconds until the guard checks the job (longer than the hold should last, e.g.
+        after_s: seconds until the hold release checks the job (longer than the hold should last, e.g.
             30 s for a hold that Revive lifts within a few seconds).
-        slurm_conf: path of ``slurm.conf`` on the host the guard runs on, or None.
+        slurm_conf: path of ``slurm.conf`` on the host the hold release runs on, or None.
 
-    Returns the guard's pid on that host, or 0 when it could not be armed (the caller must then
+    Returns the hold release's pid on that host, or 0 when it could not be armed (the caller must then
     avoid the hold). Never raises for transport errors (logged); ``ValueError`` for bad input.
     """
-    argv = guard_argv(job_id, after_s, slurm_conf)
+    argv = hold_release_argv(job_id, after_s, slurm_conf)
     try:
         rc, out, err = await runner.run(argv, timeout_s=15.0)
     except Exception as e:  # noqa: BLE001 — SchedulerUnavailable, OSError …: report 0
-        log.warning("release guard for job %s not armed: %s", job_id, e)
+        log.warning("hold release for job %s not armed: %s", job_id, e)
         return 0
     pid = out.strip().splitlines()[-1] if out.strip() else ""
     if rc != 0 or not pid.isdigit():
-        log.warning("release guard for job %s not armed: rc=%s out=%r err=%r", job_id, rc, out, err)
+        log.warning("hold release for job %s not armed: rc=%s out=%r err=%r", job_id, rc, out, err)
         return 0
     return int(pid)
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 import shlex
 from typing import Protocol
 
-from revive.guards import owns_drain
-from revive.scheduler.runners import CommandRunner
+from revive.decide.budgets import owns_drain
 from revive.models import NodeRecord
 from revive.policy import RecoveryPolicy
+from revive.scheduler.runners import CommandRunner
 
 
 class _Sched(Protocol):

@@ -20,56 +20,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from datetime import datetime
-from typing import Literal
 from urllib.parse import urlsplit
 
 import httpx
-from pydantic import BaseModel, Field
+
+from revive.models import Delivery, NotifyEvent, NotifyResult
 
 log = logging.getLogger(__name__)
-
-EventKind = Literal["approval_needed", "stopped", "breaker_tripped", "recovered", "not_recovered", "escalated"]
-
-
-class NotifyEvent(BaseModel):
-    """One notification. ``detail`` holds extra key/values (rule, plan, evidence lines …)."""
-
-    kind: EventKind
-    incident_id: str
-    cluster: str = ""
-    job_id: str | None = None
-    summary: str = ""
-    """One line: what happened and what Revive did or wants."""
-    rule: str | None = None
-    nodes: list[str] = Field(default_factory=list)
-    at: datetime | None = None
-    detail: dict[str, str] = Field(default_factory=dict)
-    link: str | None = None
-    """Where to look (Temporal Web UI URL of the incident)."""
-
-
-class Delivery(BaseModel):
-    """The outcome for one webhook."""
-
-    index: int
-    """Position in the webhook list."""
-    url: str
-    """Redacted URL."""
-    ok: bool
-    status_code: int | None = None
-    attempts: int = 0
-    error: str | None = None
-
-
-class NotifyResult(BaseModel):
-    deliveries: list[Delivery] = Field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        """True when every webhook accepted the event (vacuously true with none)."""
-        return all(d.ok for d in self.deliveries)
-
 
 _TITLES = {
     "approval_needed": ":raising_hand: Approval needed",
@@ -145,7 +102,7 @@ async def _deliver(
             d.error = f"HTTP {resp.status_code}"
             if resp.status_code != 429 and resp.status_code < 500:
                 return d  # a client error will not fix itself
-        except (TimeoutError, asyncio.TimeoutError, httpx.TimeoutException):
+        except (TimeoutError, httpx.TimeoutException):
             d.error = f"timeout after {timeout_s:g}s"
         except httpx.HTTPError as e:
             d.error = f"{type(e).__name__}: {e}"[:300]

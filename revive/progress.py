@@ -94,37 +94,49 @@ class ResumeCheck:
     host_set: frozenset[str] = frozenset()
 
 
+class ResumeTracker:
+    """Incremental ``find_resume``: feed lines as they arrive (verify follows the log)."""
+
+    def __init__(self, after_attempt: int) -> None:
+        self.after_attempt = after_attempt
+        self.res = ResumeCheck()
+        self._current: int | None = None
+        self._hosts: set[str] = set()
+
+    def feed(self, line: str) -> None:
+        res = self.res
+        a = parse_attempt(line)
+        if a is not None:
+            self._current = a
+            if a > self.after_attempt and res.first_after is None:
+                self.res = ResumeCheck(attempt=a)
+                self._hosts = set()
+            return
+        if self._current is None or self._current <= self.after_attempt or res.first_after is not None:
+            return
+        ck = parse_checkpoint(line)
+        if ck and ck[0] == "resumed":
+            res.resumed_from = ck[1] if res.resumed_from is None else min(res.resumed_from, ck[1])
+            return
+        p = parse_progress(line)
+        if p is None:
+            return
+        if p.host:
+            self._hosts.add(p.host)
+        base = res.resumed_from if res.resumed_from is not None else 0
+        if p.iteration > base and (res.resumed_from is not None or p.iteration > 0):
+            res.first_after = p.iteration
+            res.first_after_at = p.timestamp
+            res.host_set = frozenset(self._hosts)
+
+
 def find_resume(lines: list[str], after_attempt: int) -> ResumeCheck:
     """Scan a job log for the first attempt with restart count > ``after_attempt`` that printed
     ``resumed from checkpoint at iteration N`` and then a progress line with iteration > N.
 
     Returns what was found so far (``first_after`` None = not yet resumed past the checkpoint).
     """
-    res = ResumeCheck()
-    current: int | None = None
-    hosts: set[str] = set()
+    t = ResumeTracker(after_attempt)
     for line in lines:
-        a = parse_attempt(line)
-        if a is not None:
-            current = a
-            if a > after_attempt and res.first_after is None:
-                res = ResumeCheck(attempt=a)
-                hosts = set()
-            continue
-        if current is None or current <= after_attempt or res.first_after is not None:
-            continue
-        ck = parse_checkpoint(line)
-        if ck and ck[0] == "resumed":
-            res.resumed_from = ck[1] if res.resumed_from is None else min(res.resumed_from, ck[1])
-            continue
-        p = parse_progress(line)
-        if p is None:
-            continue
-        if p.host:
-            hosts.add(p.host)
-        base = res.resumed_from if res.resumed_from is not None else 0
-        if p.iteration > base and (res.resumed_from is not None or p.iteration > 0):
-            res.first_after = p.iteration
-            res.first_after_at = p.timestamp
-            res.host_set = frozenset(hosts)
-    return res
+        t.feed(line)
+    return t.res

@@ -51,10 +51,12 @@ async def connect(cfg: TemporalConfig, identity: str | None = None) -> Client:
         )
     from revive.telemetry import tracing_interceptors
 
-    kw = {"identity": identity} if identity else {}
     try:
+        if identity:
+            return await Client.connect(cfg.address, namespace=cfg.namespace, tls=tls, identity=identity,
+                                        data_converter=pydantic_data_converter, interceptors=tracing_interceptors())
         return await Client.connect(cfg.address, namespace=cfg.namespace, tls=tls,
-                                    data_converter=pydantic_data_converter, interceptors=tracing_interceptors(), **kw)
+                                    data_converter=pydantic_data_converter, interceptors=tracing_interceptors())
     except Exception as e:
         raise RuntimeError(f"cannot reach Temporal at {cfg.address} (namespace {cfg.namespace}): {e}") from None
 

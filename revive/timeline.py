@@ -22,14 +22,14 @@ async def timeline(h: WorkflowHandle) -> list[tuple[str, str]]:
             name = scheduled.get(ev.activity_task_completed_event_attributes.scheduled_event_id, "?")
             out.append((ts, f"activity {name} completed"))
         elif t == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED:
-            a = ev.activity_task_failed_event_attributes
-            out.append((ts, f"activity {scheduled.get(a.scheduled_event_id, '?')} failed: {a.failure.message}"))
+            failed = ev.activity_task_failed_event_attributes
+            out.append((ts, f"activity {scheduled.get(failed.scheduled_event_id, '?')} failed: {failed.failure.message}"))
         elif t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
-            a = ev.workflow_execution_signaled_event_attributes
-            out.append((ts, f"signal {a.signal_name} from {a.identity}"))
+            sig = ev.workflow_execution_signaled_event_attributes
+            out.append((ts, f"signal {sig.signal_name} from {sig.identity}"))
         elif t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED:
-            a = ev.workflow_execution_update_accepted_event_attributes
-            out.append((ts, f"update {a.accepted_request.input.name} accepted from {a.accepted_request.meta.identity}"))
+            upd = ev.workflow_execution_update_accepted_event_attributes
+            out.append((ts, f"update {upd.accepted_request.input.name} accepted from {upd.accepted_request.meta.identity}"))
         elif t == EventType.EVENT_TYPE_TIMER_FIRED:
             out.append((ts, "timer fired (approval expiry)"))
         elif t == EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from revive.models import RunbookInput, RunbookResult
+    from revive.models import RunbookInput, RunbookName, RunbookResult
     from runbooks import steps
 
 
@@ -19,7 +19,7 @@ class RequeueExcludeRunbook:
 
     @workflow.run
     async def run(self, inp: RunbookInput) -> RunbookResult:
-        log = steps.RunbookLog("requeue_exclude")
+        log = steps.RunbookLog(RunbookName.requeue_exclude)
         try:
             await steps.check_same_job(inp)
             requeued = await steps.drain_offenders_and_requeue_excluding(inp, log)

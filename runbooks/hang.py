@@ -5,7 +5,7 @@ from __future__ import annotations
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from revive.models import RunbookInput, RunbookResult
+    from revive.models import RunbookInput, RunbookName, RunbookResult
     from runbooks import steps
 
 
@@ -20,7 +20,7 @@ class HangRunbook:
 
     @workflow.run
     async def run(self, inp: RunbookInput) -> RunbookResult:
-        log = steps.RunbookLog("hang")
+        log = steps.RunbookLog(RunbookName.hang)
         try:
             job = await steps.check_same_job(inp)
             log.diagnostics = await steps.diagnose(inp, job.nodes)

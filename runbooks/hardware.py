@@ -5,7 +5,7 @@ from __future__ import annotations
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from revive.models import RunbookInput, RunbookResult
+    from revive.models import RunbookInput, RunbookName, RunbookResult
     from runbooks import steps
 
 
@@ -15,7 +15,7 @@ class DrainAndRequeueRunbook:
 
     @workflow.run
     async def run(self, inp: RunbookInput) -> RunbookResult:
-        log = steps.RunbookLog("drain_and_requeue")
+        log = steps.RunbookLog(RunbookName.drain_and_requeue)
         try:
             await steps.check_same_job(inp)
             log.add(await steps.drain(inp, inp.plan.drain_nodes))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from revive.models import RunbookInput, RunbookResult
+    from revive.models import RunbookInput, RunbookName, RunbookResult
     from runbooks import steps
 
 
@@ -15,7 +15,7 @@ class RestartInPlaceRunbook:
 
     @workflow.run
     async def run(self, inp: RunbookInput) -> RunbookResult:
-        log = steps.RunbookLog("restart_in_place")
+        log = steps.RunbookLog(RunbookName.restart_in_place)
         try:
             await steps.check_same_job(inp)
             requeued = await steps.requeue(inp)

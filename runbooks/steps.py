@@ -5,7 +5,7 @@ Runbooks compose these; they read like the on-call procedure. Workflow code: no 
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
@@ -24,6 +24,7 @@ with workflow.unsafe.imports_passed_through():
         JobRecord,
         RequeueInput,
         RunbookInput,
+        RunbookName,
         RunbookResult,
         VerifyInput,
         VerifyResult,
@@ -78,7 +79,7 @@ async def requeue(inp: RunbookInput, exclude: list[str] | None = None) -> Action
         raise StepRefused(_cause(e)) from None
 
 
-async def drain_offenders_and_requeue_excluding(inp: RunbookInput, log: "RunbookLog") -> ActionResult:
+async def drain_offenders_and_requeue_excluding(inp: RunbookInput, log: RunbookLog) -> ActionResult:
     """Drain the plan's repeat offenders (if any), then requeue with the plan's exclusions."""
     if inp.plan.drain_nodes:
         log.add(await drain(inp, inp.plan.drain_nodes))
@@ -133,7 +134,7 @@ async def wait_for_checkpoint(inp: RunbookInput, timeout: timedelta) -> int | No
 class RunbookLog:
     """Collects a runbook's actions and turns them into its ``RunbookResult``."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: RunbookName) -> None:
         self.name = name
         self.actions: list[ActionResult] = []
         self.diagnostics: dict[str, str] = {}
@@ -142,7 +143,7 @@ class RunbookLog:
         self.actions.append(r)
 
     @property
-    def first_action_at(self):  # noqa: ANN201
+    def first_action_at(self) -> datetime | None:
         return next((a.at for a in self.actions if a.changed and a.at), None)
 
     def refused(self, why: str) -> RunbookResult:

@@ -7,7 +7,7 @@ from datetime import timedelta
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from revive.models import ActionResult, RunbookInput, RunbookResult
+    from revive.models import ActionKind, ActionResult, RunbookInput, RunbookName, RunbookResult
     from runbooks import steps
 
 CHECKPOINT_WAIT = timedelta(minutes=30)
@@ -21,11 +21,11 @@ class StragglerRunbook:
 
     @workflow.run
     async def run(self, inp: RunbookInput) -> RunbookResult:
-        log = steps.RunbookLog("straggler")
+        log = steps.RunbookLog(RunbookName.straggler)
         try:
             await steps.check_same_job(inp)
             saved = await steps.wait_for_checkpoint(inp, CHECKPOINT_WAIT)
-            log.add(ActionResult(action="wait_for_checkpoint", ok=saved is not None, changed=False,
+            log.add(ActionResult(action=ActionKind.wait_for_checkpoint, ok=saved is not None, changed=False,
                                  detail=f"checkpoint saved at iteration {saved}" if saved is not None
                                  else f"no checkpoint within {CHECKPOINT_WAIT}; requeueing anyway"))
             if saved is not None:

@@ -17,15 +17,15 @@ import pytest
 
 from revive.attribution.cases import MAX_LOG_BYTES, load_case
 from revive.attribution.engine import attribute
+from revive.config import load_cluster_config
 from revive.errors import ConfigError
 from revive.policy import load_policy
-from revive.config import load_cluster_config
 from revive.scheduler.slurm_cli import SlurmCLI, parse_job_line, parse_node_line
+from revive.tail import LINE_CAP, Follower
 from worker.detect import AttemptTracker
-from worker.tail import LINE_CAP, Follower
 
 ROOT = Path(__file__).resolve().parent.parent
-CLI = [sys.executable, "-c", "from revive.cli import main; main()"]
+CLI = [sys.executable, "-c", "from cli.main import main; main()"]
 XID79_CASE = ROOT / "tests" / "data" / "cases" / "024-xid79-fallen-off-bus-gsp"
 
 

@@ -15,7 +15,7 @@ CASES = ROOT / "tests" / "data" / "cases"
 
 
 def revive(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "revive.cli", *args], cwd=ROOT, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "cli.main", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=120, env=env)
 
 
@@ -46,7 +46,8 @@ def test_classify_binary_junk_records_unknown(tmp_path):
     junk.write_bytes(bytes(range(256)) * 100 + b"\xff\xfe\x00garbage\n" * 50)
     r = revive("classify", "--json", str(junk))
     assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout)["action"] in ("none", "restart_in_place", "escalate")
+    got = json.loads(r.stdout)
+    assert (got["category"], got["action"]) == ("none", "none")  # junk is no failure signature
 
 
 def test_policy_check_prints_effective_settings_and_names_bad_fields(tmp_path):
@@ -91,7 +92,16 @@ def test_explain_prints_evidence_to_outcome_even_with_markup_like_log_text(tmp_p
     from datetime import UTC, datetime
 
     from revive.models import (
-        Action, Attribution, AuditRecord, Category, Domain, Event, IncidentOutcome, IncidentResult, Plan, Trigger,
+        Action,
+        Attribution,
+        AuditRecord,
+        Category,
+        Domain,
+        Event,
+        IncidentOutcome,
+        IncidentResult,
+        Plan,
+        Trigger,
         TriggerKind,
     )
     from revive.policy import RecoveryPolicy

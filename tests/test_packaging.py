@@ -26,7 +26,7 @@ def test_wheel_installs_into_a_clean_venv_and_imports(tmp_path):
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)],
                    check=True, timeout=300)
     (site / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    code = ("import revive, workflows, activities, worker, runbooks, revive.cli, worker.main, "
+    code = ("import revive, workflows, activities, worker, runbooks, cli.main, worker.main, "
             "revive.signatures.matcher as m; assert m.default_matcher().match('NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.');"
             "import sys; [print(x.__file__) for x in (revive, workflows, activities, worker, runbooks)]")
     r = subprocess.run([str(venv / "bin" / "python"), "-c", code], cwd=tmp_path, capture_output=True, text=True)

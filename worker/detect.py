@@ -13,19 +13,18 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
+
+from revive.logline import cap_line
+from revive.progress import parse_attempt, parse_checkpoint, parse_progress
 
 MAX_STEP_INTERVAL_S = 6 * 3600.0
 """A gap between progress stamps above this is a clock jump (or a bogus stamp), not a step time."""
-
-from revive.progress import parse_attempt, parse_checkpoint, parse_progress
 
 CHECKPOINT_PAUSE_MAX_S = 1800.0
 """A checkpoint save pauses the hang clock for at most this long (a save stuck on a frozen file
 system is itself a hang)."""
 
-FATAL_JOB_STATES = {"FAILED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL", "DEADLINE"}
-"""Leaving RUNNING for one of these is abnormal (CANCELLED by a user and COMPLETED are not)."""
 
 
 @dataclass
@@ -91,7 +90,7 @@ class AttemptTracker:
                     del self.step_ms[20:1020]  # keep the baseline (head) and the recent steps
         ts = p.timestamp
         if ts is not None and ts.tzinfo is None:  # ranks may mix naive and zoned stamps
-            ts = ts.replace(tzinfo=timezone.utc)
+            ts = ts.replace(tzinfo=UTC)
         if self.last_iteration is None or p.iteration > self.last_iteration:
             if ts and self._prev_ts and ts > self._prev_ts:
                 gap = (ts - self._prev_ts).total_seconds()
@@ -140,7 +139,7 @@ def root_hit(line_no: int, text: str) -> LineHit | None:
 
     for m in default_matcher().match(text):
         if m.role == "root":
-            return LineHit(line_no=line_no, text=text[:4096], signature_id=m.id, category=str(m.category))
+            return LineHit(line_no=line_no, text=cap_line(text), signature_id=m.id, category=str(m.category))
     return None
 
 

@@ -23,9 +23,9 @@ from activities.notify import notify
 from activities.remediation import RemediationActivities
 from activities.verification import VerificationActivities
 from revive.config import ClusterConfig
-from revive.failopen import arm_release_guard
-from revive.scheduler.runners import LocalRunner
+from revive.failopen import arm_hold_release
 from revive.scheduler.base import Scheduler
+from revive.scheduler.runners import LocalRunner
 from runbooks import RUNBOOKS
 from workflows.guard import ClusterGuardWorkflow
 from workflows.incident import IncidentWorkflow
@@ -47,7 +47,7 @@ def build_activities(client: Client, cfg: ClusterConfig, scheduler: Scheduler, t
     runner = LocalRunner(slurm_conf=cfg.slurm_conf)
 
     async def arm(job_id: str, after_s: float) -> int:
-        return await arm_release_guard(runner, job_id, after_s, cfg.slurm_conf)
+        return await arm_hold_release(runner, job_id, after_s, cfg.slurm_conf)
 
     # syslog stamps carry no zone: the testbed's kern.log is written on this host, in its local time
     tz = time.localtime().tm_gmtoff if cfg.local_testbed else None
@@ -56,7 +56,7 @@ def build_activities(client: Client, cfg: ClusterConfig, scheduler: Scheduler, t
     py_spy = "py-spy"
     if cfg.local_testbed:  # the nodes are this machine: use the py-spy installed beside Revive
         py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-    rm = RemediationActivities(scheduler, arm_release_guard=arm, jobspec_dir=state / "jobspec", py_spy=py_spy)
+    rm = RemediationActivities(scheduler, arm_hold_release=arm, jobspec_dir=state / "jobspec", py_spy=py_spy)
     js = JobSpecActivities(scheduler, state / "jobspec")
     vf = VerificationActivities(scheduler)
     au = AuditActivities(Path(cfg.audit_file))

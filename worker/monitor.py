@@ -36,11 +36,22 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from revive import search_attributes as sa
 from revive.config import ClusterConfig
 from revive.errors import SchedulerError
-from revive.models import IncidentInput, JobIdentity, JobRecord, Trigger, TriggerKind
+from revive.ids import incident_id
+from revive.models import (
+    ABNORMAL_END,
+    FAMILY_BY_END,
+    WATCH_START,
+    IncidentInput,
+    JobIdentity,
+    JobRecord,
+    JobState,
+    Trigger,
+    TriggerKind,
+)
 from revive.policy import RecoveryPolicy
 from revive.scheduler.base import Scheduler
-from worker.detect import FATAL_JOB_STATES, AttemptTracker, fault_family, root_hit
-from worker.tail import Follower
+from revive.tail import Follower
+from worker.detect import AttemptTracker, fault_family, root_hit
 
 log = logging.getLogger("revive.monitor")
 
@@ -59,11 +70,6 @@ def opted_in(job: JobRecord, cfg: ClusterConfig, policy: RecoveryPolicy) -> bool
     return False
 
 
-def incident_id(cluster: str, job_id: str, submit: datetime | None, attempt: int, family: str) -> str:
-    st = submit.strftime("%Y%m%dT%H%M%S") if submit else "nosubmit"
-    return f"{cluster}-{job_id}-{st}-a{attempt}-{family}"
-
-
 @dataclass
 class Watch:
     job: JobRecord
@@ -72,7 +78,7 @@ class Watch:
     opened: dict[int, str] = field(default_factory=dict)
     """attempt → incident id"""
     signalled: dict[int, int] = field(default_factory=dict)
-    last_state: str = "UNKNOWN"
+    last_state: str = JobState.UNKNOWN
     last_restart: int = 0
 
 
@@ -122,7 +128,7 @@ class Monitor:
             if w is not None and j.submit_time and w.first_submit and w.job.name != j.name:
                 self.watches.pop(j.job_id)  # a reused id (fresh cluster): a different job
                 w = None
-            if w is None and opted_in(j, self.cfg, self.policy) and j.state in ("RUNNING", "PENDING", "CONFIGURING"):
+            if w is None and opted_in(j, self.cfg, self.policy) and j.state in WATCH_START:
                 w = Watch(job=j, first_submit=j.submit_time,
                           tracker=AttemptTracker(k=self.policy.hang.k, floor_s=self.policy.hang.floor.total_seconds()),
                           last_state=j.state, last_restart=j.restart_count)
@@ -170,12 +176,12 @@ class Monitor:
                 text=f"step time ≥ 5% above the attempt's baseline for 10 consecutive steps "
                      f"(last {t.step_ms[-1]:.0f} ms)"), "slow")
         if w.last_state == "RUNNING" and j.state != "RUNNING":
-            base = j.state.split("+")[0]
-            if base in FATAL_JOB_STATES:
+            base = j.state
+            if base in ABNORMAL_END:
                 await self._trigger(w, j, Trigger(
                     kind=TriggerKind.job_state, at=datetime.now(UTC), state_from="RUNNING", state_to=base,
                     reason=j.reason, text=f"job {j.job_id} RUNNING → {base} (exit {j.exit_code}, reason {j.reason})"),
-                    {"NODE_FAIL": "node", "TIMEOUT": "limit", "PREEMPTED": "limit", "OUT_OF_MEMORY": "oom"}.get(base, "crash"))
+                    FAMILY_BY_END.get(base, "crash"))
         if j.restart_count > w.last_restart and w.last_restart not in w.opened:
             # Slurm requeued the job itself (node failure, preemption): Revive did not, since the
             # attempt has no incident. Seen whatever state the poll caught (COMPLETING, PENDING …).

@@ -1,6 +1,6 @@
 """``ClusterGuardWorkflow``: one long-lived workflow per cluster that serialises drain grants.
 
-Workflow id: ``revive-guard-<cluster>`` (``guard_workflow_id``). Incidents never drain on their
+Workflow id: ``revive-guard-<cluster>`` (``revive.ids.guard_workflow_id``). Incidents never drain on their
 own authority: they ask the guard through the ``request_drain`` Update (via the
 ``request_drain_grant`` activity, which uses update-with-start so the guard is created on first
 use). The handler is synchronous, so two incidents asking at once are answered one after the
@@ -26,7 +26,7 @@ from datetime import datetime, timedelta
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from revive.guards import (
+    from revive.decide.breaker import (
         DrainGrant,
         DrainGrantInput,
         DrainRecord,
@@ -38,14 +38,6 @@ with workflow.unsafe.imports_passed_through():
 MAX_TRIPS_KEPT = 50
 RECORD_KEEP = timedelta(days=7)
 """Drain records older than this are dropped even if a policy's window is longer."""
-
-
-def guard_workflow_id(cluster: str, task_queue: str = "revive") -> str:
-    """The guard's workflow id: ``revive-guard-<cluster>`` for the default task queue ``revive``,
-    ``revive-guard-<cluster>@<task_queue>`` otherwise. A workflow runs on the task queue it was
-    started on, so workers of another task queue (tests) get their own guard rather than one no
-    worker of theirs polls."""
-    return f"revive-guard-{cluster}" if task_queue == "revive" else f"revive-guard-{cluster}@{task_queue}"
 
 
 @workflow.defn(name="ClusterGuardWorkflow")
@@ -82,7 +74,7 @@ class ClusterGuardWorkflow:
 
     @workflow.update
     def request_drain(self, inp: DrainGrantInput) -> DrainGrant:
-        """Grant or refuse a drain (see ``revive.guards.evaluate_drain``). Synchronous, so
+        """Grant or refuse a drain (see ``revive.decide.breaker.evaluate_drain``). Synchronous, so
         requests are serialised. Idempotent per ``incident_id``: a repeated request returns the
         first answer, except that a refused incident asking again with ``approved_by`` set is
         re-evaluated (and granted over the breaker)."""
@@ -134,4 +126,4 @@ class ClusterGuardWorkflow:
         self._state.drains = [d for d in self._state.drains if d.at > cutoff]
 
 
-__all__ = ["ClusterGuardWorkflow", "guard_workflow_id"]
+__all__ = ["ClusterGuardWorkflow"]

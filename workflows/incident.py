@@ -14,38 +14,50 @@ from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
+    from activities import notify as notify_activity
     from activities.attribution import AttributionActivities
     from activities.audit import AuditActivities
     from activities.evidence import EvidenceActivities
     from activities.guard import GuardActivities
-    from activities import notify as notify_activity
-    from activities.guard import IncidentHistoryInput
-    from activities.jobspec import JobSpecActivities, SaveJobSpecInput
-    from activities.notify import NotifyInput
+    from activities.jobspec import JobSpecActivities
     from activities.remediation import RemediationActivities
-    from revive import retry
+    from revive import ids, retry
     from revive import search_attributes as sa
-    from revive.guards import DrainGrant, DrainGrantInput, JobIncidentHistory
+    from revive.decide.approval import needs_person, parse_decision
+    from revive.decide.breaker import DrainGrant, DrainGrantInput
+    from revive.decide.budgets import JobIncidentHistory
+    from revive.decide.plan import plan_for
+    from revive.logline import cap_line
     from revive.models import (
         Action,
         Attribution,
         AuditRecord,
         Decision,
+        DecisionKind,
         EvidenceBundle,
         GatherEvidenceInput,
+        IncidentHistoryInput,
         IncidentInput,
         IncidentOutcome,
         IncidentResult,
+        IncidentState,
         ModeInput,
+        NotifyEvent,
+        NotifyInput,
         Plan,
         RunbookInput,
+        RunbookName,
         RunbookResult,
+        SaveJobSpecInput,
     )
-    from revive.notify import NotifyEvent
     from revive.policy import ExpiryAction, Mode
     from runbooks import RUNBOOKS
-    from runbooks.select import plan_for
     from workflows.approval import ApprovalGate
+
+PATCH_SAVE_JOB_SPEC = "save-job-spec"
+"""Job specs saved at detection (resubmission). Remove once no incident started before it is open."""
+PATCH_EXTERNAL_IN_BACKGROUND = "external-attribution-in-background"
+"""The external attribution no longer holds up the plan. Remove with the previous one."""
 
 
 @workflow.defn
@@ -55,7 +67,7 @@ class IncidentWorkflow:
     @workflow.init
     def __init__(self, inp: IncidentInput) -> None:
         self._inp = inp
-        self._state = "opened"
+        self._state: str = IncidentState.opened
         self._gate = ApprovalGate(inp.policy.approval.approvers)
         self._attribution: Attribution | None = None
         self._external: Attribution | None = None
@@ -71,12 +83,12 @@ class IncidentWorkflow:
         evidence = await self._gather(inp)
         attribution = await self._attribute(evidence)
         plan = await self._decide_plan(inp, evidence, attribution)
-        if plan.runbook == "none":
+        if plan.runbook == RunbookName.none:
             return await self._close(IncidentOutcome.no_action, plan.rule)
-        if plan.runbook == "stop":
+        if plan.runbook == RunbookName.stop:
             await self._notify("stopped", f"stopped: {plan.rule}")
             return await self._close(IncidentOutcome.stopped, f"stopped: {plan.rule}")
-        if plan.runbook == "escalate":
+        if plan.runbook == RunbookName.escalate:
             await self._notify("escalated", plan.rule)
             return await self._close(IncidentOutcome.escalated, plan.rule)
 
@@ -84,7 +96,7 @@ class IncidentWorkflow:
         if gate_outcome is not None:
             return await self._close(*gate_outcome)
 
-        self._set_state("acting")
+        self._set_state(IncidentState.acting)
         rb: RunbookResult = await workflow.execute_child_workflow(
             RUNBOOKS[plan.runbook].run,
             RunbookInput(
@@ -93,7 +105,7 @@ class IncidentWorkflow:
                 checkpoint_iteration=inp.checkpoint_iteration, policy=inp.policy,
                 last_progress=inp.last_progress,
             ),
-            id=f"{inp.incident_id}.runbook",
+            id=ids.runbook_id(inp.incident_id),
             static_summary=f"runbook {plan.runbook} for {inp.incident_id}",
         )
         await self._notify(rb.outcome.value, rb.reason)
@@ -101,9 +113,9 @@ class IncidentWorkflow:
 
     # ---- stages --------------------------------------------------------------------------------
     async def _gather(self, inp: IncidentInput) -> EvidenceBundle:
-        self._set_state("gathering")
+        self._set_state(IncidentState.gathering)
         # patched: incidents recorded before job specs were saved must keep replaying
-        if workflow.patched("save-job-spec"):
+        if workflow.patched(PATCH_SAVE_JOB_SPEC):
             await self._save_job_spec(inp)
         return await workflow.execute_activity_method(
             EvidenceActivities.gather_evidence,
@@ -124,14 +136,14 @@ class IncidentWorkflow:
             pass  # a resubmission then needs slurmctld to still know the job at action time
 
     async def _attribute(self, evidence: EvidenceBundle) -> Attribution:
-        self._set_state("attributing")
+        self._set_state(IncidentState.attributing)
         self._attribution = await workflow.execute_activity_method(
             AttributionActivities.attribute, evidence,
             start_to_close_timeout=retry.SHORT, retry_policy=retry.READ_ONLY, summary="attribute",
         )
         # optional external service: recorded beside Revive's verdict; it never decides, and since
         # the patch it no longer holds up the plan (its slow pass may take minutes)
-        if workflow.patched("external-attribution-in-background"):
+        if workflow.patched(PATCH_EXTERNAL_IN_BACKGROUND):
             self._external_handle = workflow.start_activity_method(
                 AttributionActivities.attribute_external, evidence,
                 start_to_close_timeout=timedelta(minutes=3), retry_policy=retry.PROBE, summary="external attribution",
@@ -150,7 +162,7 @@ class IncidentWorkflow:
         return a
 
     async def _decide_plan(self, inp: IncidentInput, evidence: EvidenceBundle, a: Attribution) -> Plan:
-        self._set_state("planning")
+        self._set_state(IncidentState.planning)
         history: JobIncidentHistory = await workflow.execute_activity_method(
             GuardActivities.incident_history,
             IncidentHistoryInput(cluster=inp.cluster, job_id=inp.job.job_id,
@@ -183,12 +195,10 @@ class IncidentWorkflow:
             if not grant.granted:
                 self._breaker_reason = grant.reason if grant.reason.startswith("breaker") else f"breaker: {grant.reason}"
                 await self._notify("breaker_tripped", self._breaker_reason)
-        if self._mode == Mode.auto and not self._breaker_reason:
-            plan.needs_approval = False
+        plan.needs_approval, plan.approval_reason = needs_person(self._mode, self._breaker_reason)
+        if not plan.needs_approval:
             return None
-        plan.needs_approval = True
-        plan.approval_reason = self._breaker_reason or "observe mode"
-        self._set_state("awaiting_approval")
+        self._set_state(IncidentState.awaiting_approval)
         await self._notify("approval_needed", plan.approval_reason)
         decision = await self._gate.wait(inp.policy.approval.timeout)
         if decision is None:
@@ -196,7 +206,7 @@ class IncidentWorkflow:
                 return IncidentOutcome.escalated, f"approval expired while {self._breaker_reason}"
             if inp.policy.approval.on_expiry != ExpiryAction.proceed:
                 return IncidentOutcome.expired, f"no decision within {inp.policy.approval.timeout}"
-        elif decision.decision == "reject":
+        elif decision.decision == DecisionKind.reject:
             return IncidentOutcome.rejected, f"rejected by {decision.approver}" + (f": {decision.note}" if decision.note else "")
         if plan.drain_nodes:
             who = decision.approver if decision else "policy:on_expiry=proceed"
@@ -239,7 +249,7 @@ class IncidentWorkflow:
             incident_id=inp.incident_id, outcome=outcome, reason=reason,
             category=a.category if a else None, domain=a.domain if a else None,
             culprit_nodes=a.culprit_nodes if a else [], recommended=a.action if a else None,
-            executed=plan.action if plan and runbook else (Action.stop_no_retry if plan and plan.runbook == "stop" else None),
+            executed=plan.action if plan and runbook else (Action.stop_no_retry if plan and plan.runbook == RunbookName.stop else None),
             rule=plan.rule if plan else "", decided_by=d.approver if d else None,
             detected_at=inp.detected_at, first_action_at=runbook.first_action_at if runbook else None,
             resumed_at=runbook.verify.resumed_at if runbook and runbook.verify else None,
@@ -274,20 +284,26 @@ class IncidentWorkflow:
                          f"recommends {a.action.value} ({a.confidence:.2f}): {a.explanation}")
         if p:
             lines.append(f"plan: {p.runbook} → {p.action.value} (rule {p.rule}); drain {p.drain_nodes}, exclude {p.exclude_nodes}")
-        if self._state == "awaiting_approval":
+        if self._state == IncidentState.awaiting_approval:
             lines.append(f"approve: revive approve {self._inp.incident_id} --as <you>   (or signal `decide`)")
         return "\n\n".join(lines)
 
     # ---- human in the loop ---------------------------------------------------------------------
     @workflow.update
-    def decide(self, d: Decision) -> str:
-        """Approve or reject the plan: ``{"decision": "approve"|"reject", "approver": "...", "note": "..."}``."""
+    def decide(self, raw: RawValue) -> str:
+        """Approve or reject the plan: ``{"decision": "approve"|"reject", "approver": "...", "note": "..."}``.
+        Takes one raw payload, so no argument shape can fail a workflow task; the validator refuses
+        anything that is not an acceptable decision (nothing is written to history then)."""
+        d = self._decision(raw)
+        if isinstance(d, str):  # the validator refused it already; never reached
+            raise ValueError(d)
         self._gate.offer(d)
         return f"{d.decision} accepted from {d.approver}"
 
     @decide.validator
-    def _validate_decide(self, d: Decision) -> None:
-        why = self._gate.problem(d)
+    def _validate_decide(self, raw: RawValue) -> None:
+        d = self._decision(raw)
+        why = d if isinstance(d, str) else self._gate.problem(d)
         if why:
             raise ValueError(why)
 
@@ -295,21 +311,25 @@ class IncidentWorkflow:
     def decide_signal(self, raw: RawValue) -> None:
         """Same payload as the Update, for the Web UI and ``temporal workflow signal``. A signal
         cannot be refused, so a payload that is not a valid decision is recorded and ignored."""
-        try:
-            d = workflow.payload_converter().from_payloads([raw.payload], [Decision])[0]
-        except Exception as e:  # noqa: BLE001 - any undecodable payload is recorded, never fatal
-            self._gate.ignored.append(f"invalid decide signal: {type(e).__name__}: {str(e)[:200]}")
-            return
-        if not isinstance(d, Decision):
-            self._gate.ignored.append(f"invalid decide signal: {type(d).__name__}")
+        d = self._decision(raw)
+        if isinstance(d, str):
+            self._gate.ignored.append(f"invalid decide signal: {d}")
             return
         self._gate.offer(d)
+
+    @staticmethod
+    def _decision(raw: RawValue) -> Decision | str:
+        try:
+            data = workflow.payload_converter().from_payload(raw.payload)
+        except Exception as e:  # noqa: BLE001 - any undecodable payload is a refusal, never fatal
+            return f"undecodable payload: {type(e).__name__}: {str(e)[:200]}"
+        return parse_decision(data)
 
     @workflow.signal
     def add_trigger(self, text: str) -> None:
         """Later triggers of the same attempt (recorded; the incident is already open)."""
         if len(self._extra_triggers) < 100:
-            self._extra_triggers.append(text[:4096])
+            self._extra_triggers.append(cap_line(text))
 
     @workflow.query
     def status(self) -> dict[str, object]:

@@ -19,12 +19,13 @@ import io
 import json
 import re
 import stat
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
+from revive.logline import LINE_CAP as MAX_LINE
+from revive.logline import cap_line
 from revive.models import EvidenceBundle, GpuSample, JobRecord, Trigger
 
-MAX_LINE = 4096
 MAX_LOG_BYTES = 64 << 20
 
 _NODE_RANGE = re.compile(r"^(?P<prefix>[^\[]*)\[(?P<body>[^\]]+)\](?P<suffix>.*)$")
@@ -107,7 +108,7 @@ def _read_text(path: Path, notes: list[str]) -> str:
     lines = text.split("\n")
     if any(len(line) > MAX_LINE for line in lines):
         notes.append(f"{path.name}: lines longer than {MAX_LINE} characters were capped")
-        text = "\n".join(line if len(line) <= MAX_LINE else line[:MAX_LINE] for line in lines)
+        text = "\n".join(cap_line(line) for line in lines)
     return text
 
 
@@ -178,12 +179,12 @@ def _gpu_metrics(path: Path, notes: list[str]) -> list[GpuSample]:
 def _parse_time(v: str) -> datetime | None:
     for fmt in ("%Y/%m/%d %H:%M:%S.%f", "%Y/%m/%d %H:%M:%S", "%Y-%m-%d %H:%M:%S.%f", "%Y-%m-%d %H:%M:%S"):
         try:
-            return datetime.strptime(v, fmt).replace(tzinfo=timezone.utc)
+            return datetime.strptime(v, fmt).replace(tzinfo=UTC)
         except ValueError:
             continue
     try:
         d = datetime.fromisoformat(v.replace("Z", "+00:00"))
-        return d if d.tzinfo else d.replace(tzinfo=timezone.utc)
+        return d if d.tzinfo else d.replace(tzinfo=UTC)
     except ValueError:
         return None
 

@@ -13,19 +13,18 @@ from __future__ import annotations
 
 import json
 import threading
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from revive.errors import JobNotFound, SchedulerCommandError, SchedulerUnavailable
-from revive.models import JobRecord, NodeRecord
+from revive.models import TERMINAL, JobRecord, NodeRecord
 
 __all__ = ["FakeScheduler", "RecordingScheduler", "MUTATING_METHODS"]
 
 MUTATING_METHODS = (
     "drain_nodes", "resume_nodes", "requeue", "update_job", "release", "cancel", "submit",
 )
-_FINISHED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
-             "PREEMPTED", "BOOT_FAIL", "DEADLINE"}
+_FINISHED = TERMINAL
 
 
 class FakeScheduler:
@@ -130,7 +129,7 @@ class FakeScheduler:
             restart_count=job.restart_count + 1,
             nodes=[],
             hold=hold,
-            submit_time=datetime.now(timezone.utc),  # 22.05 resets SubmitTime on requeue
+            submit_time=datetime.now(UTC),  # 22.05 resets SubmitTime on requeue
         )
         return argv
 
@@ -172,7 +171,7 @@ class FakeScheduler:
         name = next((o.split("=", 1)[1] for o in options if o.startswith("--job-name=")), None)
         self.jobs[job_id] = JobRecord(
             job_id=job_id, name=name, user="root", state="PENDING",
-            submit_time=datetime.now(timezone.utc), requeue="--no-requeue" not in options,
+            submit_time=datetime.now(UTC), requeue="--no-requeue" not in options,
         )
         self.scripts[job_id] = script
         return job_id
@@ -205,7 +204,7 @@ class RecordingScheduler:
         self.calls.append((method, kwargs))
         if self.record_file is not None:
             line = json.dumps(
-                {"at": datetime.now(timezone.utc).isoformat(), "cluster": self.cluster,
+                {"at": datetime.now(UTC).isoformat(), "cluster": self.cluster,
                  "method": method, "args": kwargs},
                 default=str,
             )

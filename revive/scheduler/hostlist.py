@@ -15,7 +15,9 @@ _MAX_HOSTS = 1_000_000
 
 
 def _split_top_level(expr: str) -> list[str]:
-    parts, depth, cur = [], 0, []
+    parts: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for ch in expr:
         if ch == "[":
             depth += 1
@@ -123,8 +125,8 @@ def compress_hostlist(hosts: list[str]) -> str:
             padded_prefixes.add(m.group(1))
     groups: dict[tuple[str, int], list[tuple[int, str]]] = {}
     plain: dict[str, None] = {}
-    order: list[tuple[str, object]] = []
-    for h, pd in zip(hosts, parsed):
+    order: list[tuple[str, str | tuple[str, int]]] = []
+    for h, pd in zip(hosts, parsed, strict=True):
         if pd is None:
             if h not in plain:
                 plain[h] = None
@@ -138,12 +140,12 @@ def compress_hostlist(hosts: list[str]) -> str:
             order.append(("group", key))
         groups[key].append((int(digits), digits))
     out: list[str] = []
-    for kind, key in order:
-        if kind == "plain":
-            out.append(key)  # type: ignore[arg-type]
+    for _kind, item in order:
+        if isinstance(item, str):
+            out.append(item)
             continue
-        prefix, _ = key  # type: ignore[misc]
-        nums = sorted(set(groups[key]))  # type: ignore[index]
+        prefix, width = item
+        nums = sorted(set(groups[(prefix, width)]))
         if len(nums) == 1:
             out.append(prefix + nums[0][1])
         else:

@@ -78,7 +78,7 @@ class LocalRunner:
             out, err = await asyncio.wait_for(
                 proc.communicate(input.encode() if input is not None else None), timeout_s
             )
-        except (asyncio.TimeoutError, asyncio.CancelledError) as e:
+        except (TimeoutError, asyncio.CancelledError) as e:
             if proc.returncode is None:
                 try:
                     proc.kill()
@@ -152,7 +152,7 @@ class SSHRunner:
                 self._conn = await asyncio.wait_for(
                     asyncssh.connect(self.host, **kwargs), self.connect_timeout_s
                 )
-            except (OSError, asyncssh.Error, asyncio.TimeoutError) as e:
+            except (TimeoutError, OSError, asyncssh.Error) as e:
                 raise SchedulerUnavailable(
                     f"ssh {self.user + '@' if self.user else ''}{self.host}:{self.port}: {e}"
                 ) from e
@@ -187,7 +187,7 @@ class SSHRunner:
                 else conn.run(cmd, stdin=asyncssh.DEVNULL, check=False),
                 timeout_s,
             )
-        except asyncio.TimeoutError as e:
+        except TimeoutError as e:
             raise SchedulerUnavailable(f"ssh {self.host}: {cmd} timed out after {timeout_s:g}s") from e
         except (OSError, asyncssh.Error) as e:
             self._conn = None

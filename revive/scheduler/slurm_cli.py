@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from revive.errors import JobNotFound, SchedulerCommandError, SchedulerUnavailable
 from revive.models import JobRecord, NodeRecord
@@ -101,7 +101,7 @@ def parse_slurm_time(v: str | None) -> datetime | None:
         return None
     if dt.tzinfo is None:
         dt = dt.astimezone()  # the naive value is this machine's local time
-    return dt.astimezone(timezone.utc)
+    return dt.astimezone(UTC)
 
 
 def _user(v: str | None) -> str | None:
@@ -158,6 +158,7 @@ def parse_job_line(line: str) -> JobRecord:
         std_out=_none(kv.get("StdOut")),
         std_err=_none(kv.get("StdErr")),
         work_dir=_none(kv.get("WorkDir")),
+        command=_none(kv.get("Command")),
         comment=_none(kv.get("Comment")),
         requeue=None if _none(requeue) is None else requeue == "1",
         exc_nodes=expand_hostlist(_none(kv.get("ExcNodeList"))),

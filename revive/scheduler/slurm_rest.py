@@ -8,7 +8,7 @@ the ``SlurmCLI`` passed in. REST reports ``standard_output`` *unexpanded* (``out
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import httpx
 
@@ -25,7 +25,7 @@ def _ts(v) -> datetime | None:
         v = v.get("number") if v.get("set", True) else None
     if not v:
         return None
-    return datetime.fromtimestamp(int(v), tz=timezone.utc)
+    return datetime.fromtimestamp(int(v), tz=UTC)
 
 
 def _str(v) -> str | None:
@@ -80,6 +80,7 @@ def job_from_rest(j: dict) -> JobRecord:
         std_out=_expand_pattern(_str(j.get("standard_output")), j),
         std_err=_expand_pattern(_str(j.get("standard_error")), j),
         work_dir=_str(j.get("current_working_directory")),
+        command=_str(j.get("command")),
         comment=_str(j.get("comment")),
         requeue=j.get("requeue"),
         exc_nodes=expand_hostlist(_str(j.get("excluded_nodes"))),

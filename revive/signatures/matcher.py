@@ -26,6 +26,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, Field
 
+from revive.logline import MATCH_CAP, match_window
 from revive.models import Action, Category, Domain
 from revive.signatures import xid as xidmod
 
@@ -38,8 +39,6 @@ except Exception:  # pragma: no cover
     HAVE_RE2 = False
 
 CATALOG_DIR = Path(__file__).with_name("catalog")
-MAX_LINE = 4096
-"""Lines longer than this are matched on their first and last MAX_LINE characters."""
 
 
 class SignatureMatch(BaseModel):
@@ -235,10 +234,8 @@ class Matcher:
         """Signatures on one line. Benign noise → ``[]`` (unless ``include_benign``)."""
         if not line:
             return []
-        if len(line) > 2 * MAX_LINE:
-            line = line[:MAX_LINE] + "\n" + line[-MAX_LINE:]
-            # search both halves independently
-            return self._match_parts(line.split("\n"), include_benign)
+        if len(line) > MATCH_CAP:  # search the head and the tail independently
+            return self._match_parts(match_window(line).split("\n"), include_benign)
         return self._match_one(line, include_benign)
 
     def _match_parts(self, parts: list[str], include_benign: bool) -> list[SignatureMatch]:

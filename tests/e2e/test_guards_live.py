@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from revive.failopen import arm_release_guard
+from revive.failopen import arm_hold_release
 from revive.health import resume_node
 from revive.models import IncidentOutcome
 from revive.policy import RecoveryPolicy
@@ -162,7 +162,7 @@ async def test_forced_hold_is_released_without_worker_or_monitor(slurm_cluster, 
     job = box.sbatch("--requeue", "--nodes=1", f"--job-name=revive-guards-{box.tag}-hold", "-o", "/dev/null",
                      "--wrap", "sleep 600")
     await wait_for(lambda: "JobState=RUNNING" in job_line(cfg, job), 60, f"job {job} running")
-    pid = await arm_release_guard(LocalRunner(cfg.slurm_conf), job, 4, cfg.slurm_conf)
+    pid = await arm_hold_release(LocalRunner(cfg.slurm_conf), job, 4, cfg.slurm_conf)
     assert pid > 0
     hs.scontrol(cfg, "requeuehold", job)
     await wait_for(lambda: "Reason=job_requeued_in_held_state" in job_line(cfg, job), 10, "the hold")

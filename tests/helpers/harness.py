@@ -9,6 +9,7 @@ scheduler calls are recorded (``sched.mutating_calls`` and ``<tmp>/calls.jsonl``
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 from pathlib import Path
@@ -48,7 +49,7 @@ class Harness:
     @property
     def comment(self) -> str:
         """The ``--comment`` that opts a job in for this harness's monitor."""
-        return '{"%s":{}}' % self.tag
+        return json.dumps({self.tag: {}}, separators=(",", ":"))
 
     async def __aenter__(self):
         self.worker = build_worker(self.client, self.cfg, self.sched, task_queue=self.tq)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from revive.failopen import arm_release_guard, guard_argv, held_by_revive, release_stranded_holds
+from revive.failopen import arm_hold_release, held_by_revive, hold_release_argv, release_stranded_holds
 from revive.models import JobRecord
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -59,13 +59,13 @@ def _calls(d: Path) -> list[str]:
 PARENT = textwrap.dedent("""
     import asyncio, sys, time
     sys.path.insert(0, {root!r})
-    from revive.failopen import arm_release_guard
+    from revive.failopen import arm_hold_release
     try:
         from revive.scheduler.runners import LocalRunner
         runner = LocalRunner()
     except ImportError:
         runner = None
-    pid = asyncio.run(arm_release_guard(runner, "123", {after}, None))
+    pid = asyncio.run(arm_hold_release(runner, "123", {after}, None))
     print(pid, flush=True)
     time.sleep(600)   # "the worker": killed by the test
 """)
@@ -105,11 +105,11 @@ def test_guard_leaves_unheld_job_alone(fake_slurm) -> None:  # type: ignore[no-u
 def test_operator_script(fake_slurm) -> None:  # type: ignore[no-untyped-def]
     d, env = fake_slurm
     (d / "job.txt").write_text(HELD)
-    out = subprocess.run([str(ROOT / "scripts/release-guard.sh"), "123", "0.2"], env=env,
+    out = subprocess.run([str(ROOT / "scripts/release-hold.sh"), "123", "0.2"], env=env,
                          capture_output=True, text=True, timeout=10)
     assert out.returncode == 0 and out.stdout.strip().isdigit()
     assert _wait_for(lambda: "release 123" in _calls(d)), _calls(d)
-    bad = subprocess.run([str(ROOT / "scripts/release-guard.sh"), "12;rm -rf /"], env=env,
+    bad = subprocess.run([str(ROOT / "scripts/release-hold.sh"), "12;rm -rf /"], env=env,
                          capture_output=True, text=True, timeout=10)
     assert bad.returncode == 2
 
@@ -125,11 +125,11 @@ class _BadRC:
 
 
 async def test_arm_returns_zero_when_not_armed() -> None:
-    assert await arm_release_guard(_FailingRunner(), "123", 5, None) == 0
-    assert await arm_release_guard(_BadRC(), "123", 5, None) == 0
+    assert await arm_hold_release(_FailingRunner(), "123", 5, None) == 0
+    assert await arm_hold_release(_BadRC(), "123", 5, None) == 0
     with pytest.raises(ValueError):
-        guard_argv("123; reboot", 5, None)
-    argv = guard_argv("123_4", 2.5, "/etc/slurm/slurm.conf")
+        hold_release_argv("123; reboot", 5, None)
+    argv = hold_release_argv("123_4", 2.5, "/etc/slurm/slurm.conf")
     assert argv[0] == "sh" and argv[-3:] == ["123_4", "2.5", "/etc/slurm/slurm.conf"]
 
 
@@ -169,11 +169,11 @@ async def test_watchdog_releases_only_old_revive_holds() -> None:
 
 
 async def test_guard_via_local_runner_inprocess(fake_slurm) -> None:  # type: ignore[no-untyped-def]
-    runners = pytest.importorskip("revive.scheduler.runners")
+    from revive.scheduler import runners
     d, env = fake_slurm
     (d / "job.txt").write_text(HELD)
     runner = runners.LocalRunner(env={"PATH": env["PATH"], "FAKE_DIR": env["FAKE_DIR"]})
-    pid = await arm_release_guard(runner, "123", 0.2, None)
+    pid = await arm_hold_release(runner, "123", 0.2, None)
     assert pid > 0
     for _ in range(100):
         if "release 123" in _calls(d):

@@ -11,7 +11,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from temporalio.testing import ActivityEnvironment
 
-from activities.notify import NotifyInput, notify
+from activities.notify import notify
+from revive.models import NotifyInput
 from revive.notify import NotifyEvent, redact, send, target
 
 
@@ -77,12 +78,10 @@ async def test_slack_and_json_bodies(server) -> None:  # type: ignore[no-untyped
 
 async def test_dead_slow_and_errors_never_raise(server) -> None:  # type: ignore[no-untyped-def]
     _Handler.fail_500["/flaky1"] = 1
-    t0 = time.monotonic()
     res = await send(
         [_dead_url(), f"{server}/slow", f"{server}/flaky1", f"{server}/bad", f"{server}/ok"],
         EV, timeout_s=0.5, retries=1, backoff_s=0.05,
     )
-    elapsed = time.monotonic() - t0
     dead, slow, flaky, bad, ok = res.deliveries
     assert not dead.ok and dead.attempts == 2 and "Connect" in (dead.error or "")
     assert not slow.ok and slow.attempts == 2 and "timeout" in (slow.error or "")
@@ -90,7 +89,7 @@ async def test_dead_slow_and_errors_never_raise(server) -> None:  # type: ignore
     assert not bad.ok and bad.attempts == 1 and bad.status_code == 400  # 4xx is not retried
     assert ok.ok and ok.attempts == 1
     assert not res.ok
-    assert elapsed < 3.0  # bounded: 2 × 0.5 s + backoff, concurrently
+    # the bound (2 × 0.5 s + backoff, URLs in parallel) is timed in benchmarks/bench_bounds.py
     assert "/hook" not in dead.url  # redacted
 
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from revive.config import ClusterConfig
+from revive.ids import incident_id
 from revive.models import JobRecord
 from revive.policy import RecoveryPolicy
-from worker.monitor import incident_id, opted_in
+from worker.monitor import opted_in
 
 CFG = ClusterConfig(name="c", audit_file="/tmp/a", state_dir="/tmp/s")
 

@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from revive.guards import JobIncidentHistory
+from revive.decide.budgets import JobIncidentHistory
 from revive.models import IncidentOutcome
 from revive.policy import RecoveryPolicy
 from tests.helpers.builders import fake_cluster, incident

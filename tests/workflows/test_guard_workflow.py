@@ -13,11 +13,12 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 import revive.search_attributes as rsa
-from activities.guard import GuardActivities, IncidentHistoryInput
-from revive.guards import DrainGrantInput, GuardInput, GuardState
-from revive.models import Action, Category, IncidentOutcome, IncidentResult
+from activities.guard import GuardActivities
+from revive.decide.breaker import DrainGrantInput, GuardInput, GuardState
+from revive.ids import guard_workflow_id
+from revive.models import Action, Category, IncidentHistoryInput, IncidentOutcome, IncidentResult
 from revive.policy import BreakerPolicy
-from workflows.guard import ClusterGuardWorkflow, guard_workflow_id
+from workflows.guard import ClusterGuardWorkflow
 
 pytestmark = pytest.mark.temporal
 

@@ -18,9 +18,9 @@ import pytest
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
 import revive.search_attributes as sa
-from activities.jobspec import JobSpecActivities, SaveJobSpecInput
+from activities.jobspec import JobSpecActivities
 from activities.remediation import RemediationActivities
-from revive.models import IncidentInput, IncidentOutcome, IncidentResult, JobIdentity
+from revive.models import IncidentInput, IncidentOutcome, IncidentResult, JobIdentity, SaveJobSpecInput
 from revive.policy import RecoveryPolicy
 from revive.scheduler.fake import FakeScheduler
 from tests.helpers.builders import T0, fake_cluster, incident

@@ -10,9 +10,8 @@ from temporalio import activity
 from temporalio.client import WorkflowUpdateFailedError
 from temporalio.testing import WorkflowEnvironment
 
-from activities.guard import IncidentHistoryInput
-from revive.guards import JobIncidentHistory
-from revive.models import Decision, IncidentOutcome, IncidentResult
+from revive.decide.budgets import JobIncidentHistory
+from revive.models import Decision, IncidentHistoryInput, IncidentOutcome, IncidentResult
 from revive.policy import RecoveryPolicy
 from tests.helpers.builders import fake_cluster, incident
 from worker.main import build_worker
@@ -88,7 +87,9 @@ async def test_observe_mode_reject_runs_nothing_and_validator_refuses_bad_decisi
             await h.execute_update("decide", Decision(decision="approve", approver=""))
         with pytest.raises(WorkflowUpdateFailedError):
             await h.execute_update("decide", Decision(decision="approve", approver="mallory"))
-        await h.signal("decide", Decision(decision="maybe", approver="alice"))  # invalid: recorded, ignored
+        await h.signal("decide", {"decision": "maybe", "approver": "alice"})  # invalid: recorded, ignored
+        with pytest.raises(WorkflowUpdateFailedError):
+            await h.execute_update("decide", {"decision": "maybe", "approver": "alice"})
         await h.execute_update("decide", Decision(decision="reject", approver="bob", note="not now"))
         await h.signal("decide", Decision(decision="approve", approver="alice"))  # late: recorded, ignored
 
@@ -96,7 +97,7 @@ async def test_observe_mode_reject_runs_nothing_and_validator_refuses_bad_decisi
     assert res.outcome == IncidentOutcome.rejected and res.decided_by == "bob"
     assert sched.mutating_calls == []
     rec = (tmp_path / "audit.jsonl").read_text()
-    assert "maybe by alice" in rec
+    assert "'maybe' by alice" in rec
 
 
 async def test_observe_mode_approve_then_plan_runs(ts_env, tmp_path):

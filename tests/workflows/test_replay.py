@@ -11,7 +11,7 @@ import pytest
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from revive.replay import load_history, replay_files
+from cli.replay import load_history, replay_files
 from worker.main import WORKFLOWS
 
 HISTORIES = sorted((Path(__file__).resolve().parents[1] / "histories").glob("*.json"))

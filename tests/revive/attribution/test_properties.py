@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 import tracemalloc
 
 from hypothesis import HealthCheck, given, settings
@@ -98,14 +97,11 @@ def test_ten_megabyte_line_bounded():
     big = "A" * 10_000_000
     text = big + "\nsrun: error: Node failure on n1\n" + big + "NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus."
     tracemalloc.start()
-    t = time.perf_counter()
     a = attribute(EvidenceBundle(job_log=text))
-    elapsed = time.perf_counter() - t
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
-    assert a.category.value in ("node_failure", "gpu_hardware")
-    assert elapsed < 5
-    assert peak < 12 * len(text), peak
+    assert a.category.value == "gpu_hardware"  # the Xid outranks the node-failure line (tier, then authority)
+    assert peak < 12 * len(text), peak  # memory stays proportional (time: benchmarks/bench_bounds.py)
     assert len(a.root_event.text) <= 4096
     # the matcher on one huge line is bounded too
     assert default_matcher().match(big + " CUDA error: unknown error") != []
@@ -116,9 +112,7 @@ def test_million_lines_bounded():
     lines[700_000] = "[rank3]: RuntimeError: CUDA error: unknown error"
     text = "\n".join(lines)
     del lines
-    t = time.perf_counter()
     a = attribute(EvidenceBundle(job_log=text))
-    assert time.perf_counter() - t < 10
     assert (a.category.value, a.domain.value, a.root_event.line_no) == ("cuda_error", "hardware", 700_001)
 
 
@@ -135,8 +129,5 @@ def test_matcher_cheap_on_benign_lines():
     m = default_matcher()
     lines = ["2026-11-29T15:04:05.123+00:00 [rank 1 host node2] iteration 12/400 | loss 0.4321 | step_time_ms 25.0",
              "gpu-node-007:44295:52633 [4] NCCL INFO Channel 04/0 : 4[4] -> 12[4] [send] via NET/IBext_v8/4/GDRDMA"]
-    for line in lines:
-        t = time.perf_counter()
-        for _ in range(2000):
-            assert m.match(line) == []
-        assert (time.perf_counter() - t) / 2000 < 200e-6
+    for line in lines:  # benign lines match nothing (their cost: benchmarks/bench_bounds.py)
+        assert m.match(line) == []

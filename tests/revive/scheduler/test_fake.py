@@ -1,9 +1,9 @@
+import pytest
+
 from revive.errors import JobNotFound, SchedulerCommandError, SchedulerUnavailable
 from revive.models import JobRecord, NodeRecord
 from revive.scheduler.base import Scheduler
 from revive.scheduler.fake import FakeScheduler, RecordingScheduler
-
-import pytest
 
 
 def fake() -> FakeScheduler:
@@ -18,8 +18,12 @@ def fake() -> FakeScheduler:
 async def test_protocol_reads_do_not_record():
     s = fake()
     assert isinstance(s, Scheduler) and isinstance(RecordingScheduler(s), Scheduler)
-    await s.get_job("7"); await s.list_jobs(); await s.get_nodes(); await s.ping()
-    await s.batch_script("7"); await s.run_on_node("node1", ["nvidia-smi"])
+    await s.get_job("7")
+    await s.list_jobs()
+    await s.get_nodes()
+    await s.ping()
+    await s.batch_script("7")
+    await s.run_on_node("node1", ["nvidia-smi"])
     assert s.calls == [] and s.mutating_calls == []
 
 

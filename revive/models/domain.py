@@ -16,6 +16,8 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from revive.models.jobstate import JobState
+
 
 class Category(StrEnum):
     """What failed: the root cause when the evidence shows it, otherwise the symptom."""
@@ -120,8 +122,9 @@ class JobRecord(BaseModel):
     job_id: str
     name: str | None = None
     user: str | None = None
-    state: str = "UNKNOWN"
-    """Base state without flags, e.g. ``RUNNING``, ``PENDING``, ``FAILED``, ``NODE_FAIL``."""
+    state: JobState = JobState.UNKNOWN
+    """Base state without flags, e.g. ``RUNNING``, ``PENDING``, ``FAILED``, ``NODE_FAIL``
+    (``revive.models.jobstate``; an unknown name becomes ``UNKNOWN``)."""
     reason: str | None = None
     exit_code: str | None = None
     """``<exit>:<signal>`` as Slurm prints it."""
@@ -135,6 +138,8 @@ class JobRecord(BaseModel):
     """Expanded StdOut path."""
     std_err: str | None = None
     work_dir: str | None = None
+    command: str | None = None
+    """The batch script path and its arguments (``Command=``), for a resubmission."""
     comment: str | None = None
     requeue: bool | None = None
     exc_nodes: list[str] = Field(default_factory=list)
@@ -239,18 +244,49 @@ class JobIdentity(BaseModel):
     """The attempt the fault happened in; the live job may have a higher count, never lower."""
 
 
+class DecisionKind(StrEnum):
+    approve = "approve"
+    reject = "reject"
+
+
 class Decision(BaseModel):
     """A person's approve/reject, sent as the ``decide`` Update or Signal."""
 
-    decision: str
-    """``approve`` or ``reject``."""
-    approver: str = ""
-    note: str | None = None
+    decision: DecisionKind
+    approver: str = Field(default="", max_length=200)
+    """Who decided (recorded in history and the audit record); the policy may allowlist names."""
+    note: str | None = Field(default=None, max_length=2000)
+
+
+class StepKind(StrEnum):
+    """What one plan step does (shown to the approver; the runbook runs the steps)."""
+
+    drain = "drain"
+    requeue = "requeue"
+    requeue_exclude = "requeue_exclude"
+    wait_checkpoint = "wait_checkpoint"
+    cancel = "cancel"
+    diagnose = "diagnose"
+    stop = "stop"
+    notify = "notify"
+
+
+class RunbookName(StrEnum):
+    """The plan's runbook. The first five are child workflows (``runbooks.RUNBOOKS``); ``stop``,
+    ``escalate`` and ``none`` take no cluster action and are closed by the incident itself."""
+
+    drain_and_requeue = "drain_and_requeue"
+    requeue_exclude = "requeue_exclude"
+    restart_in_place = "restart_in_place"
+    hang = "hang"
+    straggler = "straggler"
+    stop = "stop"
+    escalate = "escalate"
+    none = "none"
 
 
 class PlanStep(BaseModel):
-    kind: str
-    """``drain``, ``requeue``, ``requeue_exclude``, ``cancel``, ``diagnose``, ``stop``, ``notify``."""
+    kind: StepKind
     nodes: list[str] = Field(default_factory=list)
     detail: str = ""
 
@@ -261,7 +297,7 @@ class Plan(BaseModel):
     action: Action
     """Executed action (may differ from the attribution's recommendation)."""
     recommended: Action
-    runbook: str
+    runbook: RunbookName
     rule: str
     """The policy or runbook rule that drove the decision, e.g. ``runbook:gpu_hardware``."""
     steps: list[PlanStep] = Field(default_factory=list)
@@ -271,10 +307,19 @@ class Plan(BaseModel):
     approval_reason: str = ""
 
 
+class ActionKind(StrEnum):
+    """What an act-stage activity did."""
+
+    drain = "drain"
+    requeue = "requeue"
+    resubmit = "resubmit"
+    wait_for_checkpoint = "wait_for_checkpoint"
+
+
 class ActionResult(BaseModel):
     """What an act-stage activity did on the cluster."""
 
-    action: str
+    action: ActionKind
     ok: bool
     changed: bool = True
     """False when live state already matched (a retried activity never acts twice)."""
@@ -295,6 +340,17 @@ class VerifyResult(BaseModel):
     resumed_at: datetime | None = None
     """Time of the first progress line past the checkpoint (from the log line's own timestamp)."""
     detail: str = ""
+
+
+class IncidentState(StrEnum):
+    """Where an incident stands (the ``ReviveState`` search attribute); at the end, its outcome."""
+
+    opened = "opened"
+    gathering = "gathering"
+    attributing = "attributing"
+    planning = "planning"
+    awaiting_approval = "awaiting_approval"
+    acting = "acting"
 
 
 class IncidentOutcome(StrEnum):
@@ -336,148 +392,30 @@ class IncidentResult(BaseModel):
     """Set when the drain circuit breaker refused this incident's drain (why it waited)."""
 
 
-# ---- workflow and activity payloads (one input model per workflow/activity) -------------------
-
-from revive.policy import RecoveryPolicy  # noqa: E402  (policy imports only pydantic/yaml)
-
-
-class IncidentInput(BaseModel):
-    """Input of ``IncidentWorkflow``; the history records it, so it is the incident's opening record."""
-
-    incident_id: str
-    cluster: str
-    job: JobIdentity
-    job_submit_time: datetime | None = None
-    """SubmitTime Revive first saw for the job (Slurm 22.05 resets it on every requeue)."""
-    attempt: int = 0
-    """Restart count of the attempt in which the fault happened."""
-    fault_family: str
-    trigger: Trigger
-    partition: str | None = None
-    nodes: list[str] = Field(default_factory=list)
-    log_path: str | None = None
-    detected_at: datetime
-    policy: RecoveryPolicy = Field(default_factory=RecoveryPolicy)
-    policy_path: str | None = None
-    """Where the mode is re-read at each gate (None: the snapshot's mode stands)."""
-    checkpoint_iteration: int | None = None
-    """Last ``saved checkpoint at iteration N`` the monitor saw before the fault."""
-    last_progress: dict[str, str] = Field(default_factory=dict)
-    """Last progress line per rank (``"rank 0"`` → line), for hang diagnostics."""
-    ui_url: str | None = None
-
-
-class GatherEvidenceInput(BaseModel):
-    incident_id: str
-    cluster: str
-    job_id: str
-    trigger: Trigger
-    log_path: str | None = None
-    nodes: list[str] = Field(default_factory=list)
-    window_lines: int = 400
-    """Lines of job log kept in the bundle (the full window goes to a file)."""
-    attempt: int | None = None
-    """The attempt the fault happened in: the log window ends where the next attempt begins
-    (Slurm may already have requeued the job itself, e.g. after a node failure)."""
-    settle_s: float = 2.0
-    """Seconds to wait for a failing job to finish writing before reading."""
-
-
-class RunbookInput(BaseModel):
-    """Input of every runbook child workflow."""
-
-    incident_id: str
-    cluster: str
-    job: JobIdentity
-    plan: Plan
-    category: Category
-    log_path: str | None = None
-    attempt: int = 0
-    checkpoint_iteration: int | None = None
-    policy: RecoveryPolicy = Field(default_factory=RecoveryPolicy)
-    last_progress: dict[str, str] = Field(default_factory=dict)
-
-
-class RunbookResult(BaseModel):
-    runbook: str
-    actions: list[ActionResult] = Field(default_factory=list)
-    verify: VerifyResult | None = None
-    outcome: IncidentOutcome
-    reason: str = ""
-    first_action_at: datetime | None = None
-    diagnostics: dict[str, str] = Field(default_factory=dict)
-
-
-class CheckIdentityInput(BaseModel):
-    cluster: str
-    job: JobIdentity
-
-
-class DrainInput(BaseModel):
-    incident_id: str
-    job: JobIdentity
-    nodes: list[str]
-    reason: str
-
-
-class RequeueInput(BaseModel):
-    incident_id: str
-    job: JobIdentity
-    exclude_nodes: list[str] = Field(default_factory=list)
-    hold_release_after_s: float = 30.0
-    """Fail-open: a detached process releases Revive's hold after this many seconds."""
-
-
-class DiagnoseInput(BaseModel):
-    incident_id: str
-    job: JobIdentity
-    nodes: list[str] = Field(default_factory=list)
-    last_progress: dict[str, str] = Field(default_factory=dict)
-
-
-class WaitCheckpointInput(BaseModel):
-    incident_id: str
-    log_path: str | None
-    after_iteration: int | None
-    """Wait for ``saved checkpoint at iteration N`` with N above this (None: any)."""
-    timeout_s: float = 600.0
-    poll_s: float = 1.0
-
-
-class VerifyInput(BaseModel):
-    incident_id: str
-    job: JobIdentity
-    log_path: str | None
-    after_attempt: int
-    """Only attempts with a restart count above this one count."""
-    checkpoint_iteration: int | None = None
-    timeout_s: float = 600.0
-    poll_s: float = 1.0
-    excluded_nodes: list[str] = Field(default_factory=list)
-
-
-class ModeInput(BaseModel):
-    policy_path: str | None = None
-    partition: str | None = None
-    fallback: str = "observe"
-
-
-class AuditRecord(BaseModel):
-    """One JSONL line appended to the audit file when an incident closes."""
-
-    incident_id: str
-    cluster: str
-    job_id: str
-    attempt: int
-    mode: str
-    trigger: Trigger
-    attribution: Attribution | None = None
-    external_attribution: Attribution | None = None
-    plan: Plan | None = None
-    decision: Decision | None = None
-    runbook: RunbookResult | None = None
-    result: IncidentResult
-    policy: RecoveryPolicy
-    ignored_decisions: list[str] = Field(default_factory=list)
-    """Invalid, late or duplicate approve/reject signals, recorded and ignored."""
-    extra_triggers: list[str] = Field(default_factory=list)
+__all__ = [
+    "Category",
+    "Domain",
+    "Action",
+    "TriggerKind",
+    "Trigger",
+    "Event",
+    "JobRecord",
+    "NodeRecord",
+    "GpuSample",
+    "EvidenceBundle",
+    "GpuRef",
+    "Attribution",
+    "JobIdentity",
+    "DecisionKind",
+    "Decision",
+    "StepKind",
+    "RunbookName",
+    "PlanStep",
+    "Plan",
+    "ActionKind",
+    "ActionResult",
+    "VerifyResult",
+    "IncidentState",
+    "IncidentOutcome",
+    "IncidentResult",
+]

@@ -4,12 +4,19 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-import pytest
-
 from revive.backtest import Diff, backtest, explain
-from revive.guards import JobIncidentHistory, history_from_priors, prior_from_result
+from revive.decide.budgets import JobIncidentHistory, history_from_priors, prior_from_result
+from revive.decide.plan import plan_for
 from revive.models import (
-    Action, Attribution, Category, Domain, Event, IncidentOutcome, IncidentResult, Plan, PlanStep,
+    Action,
+    Attribution,
+    Category,
+    Domain,
+    Event,
+    IncidentOutcome,
+    IncidentResult,
+    Plan,
+    PlanStep,
 )
 from revive.policy import RecoveryPolicy, RetryBudget
 
@@ -24,7 +31,7 @@ def _att(cat=Category.crash, action=Action.restart_in_place, nodes=(), sig=None)
 
 def test_explain_reads_in_order() -> None:
     att = _att(Category.gpu_hardware, Action.drain_and_requeue, ["n2"], "xid79")
-    plan = Plan(action=Action.drain_and_requeue, recommended=Action.drain_and_requeue, runbook="hardware",
+    plan = Plan(action=Action.drain_and_requeue, recommended=Action.drain_and_requeue, runbook="drain_and_requeue",
                 rule="runbook:hardware_on_identified_node", drain_nodes=["n2"],
                 steps=[PlanStep(kind="drain", nodes=["n2"]), PlanStep(kind="requeue")], needs_approval=False)
     res = IncidentResult(incident_id="inc-1", outcome=IncidentOutcome.recovered, category=Category.gpu_hardware,
@@ -41,7 +48,6 @@ def test_explain_reads_in_order() -> None:
 
 
 def _records(policy: RecoveryPolicy) -> list[dict]:
-    plan_for = pytest.importorskip("runbooks.select").plan_for
     recs: list[dict] = []
     results: list[IncidentResult] = []
     for i in range(3):
@@ -79,7 +85,6 @@ def test_backtest_stricter_budget_differs() -> None:
 
 
 def test_backtest_skips_records_without_attribution() -> None:
-    pytest.importorskip("runbooks.select")
     rec = {"incident_id": "x", "cluster": "c", "job_id": "1", "attribution": None, "plan": None,
            "result": IncidentResult(incident_id="x", outcome=IncidentOutcome.expired).model_dump(mode="json")}
     assert backtest([rec], RecoveryPolicy()) == []

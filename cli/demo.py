@@ -145,7 +145,7 @@ async def follow(cfg_path: Path, job: str, interactive: bool, ui: str, deadline_
                 f"drain={plan['drain_nodes']} exclude={plan['exclude_nodes']}")
         if state == "awaiting_approval" and not approved:
             say(f"state: {state} ({plan.get('approval_reason') if plan else 'observe mode'})")
-            cmd = [sys.executable, "-m", "revive.cli", "approve", wid, "--as", "demo", "--config", str(cfg_path),
+            cmd = [sys.executable, "-m", "cli.main", "approve", wid, "--as", "demo", "--config", str(cfg_path),
                    "--note", "approved by make demo"]
             if interactive:
                 say("waiting for a person: approve in the Web UI (signal 'decide' with "
@@ -194,8 +194,8 @@ def run_demo(fault: str = "xid79", interactive: bool = False, keep: bool = False
     write_policy(policy)
     stop_revive_processes(state)
     py = sys.executable
-    spawn("worker", [py, "-m", "revive.cli", "worker", "--config", str(cfg_path)], state)
-    spawn("monitor", [py, "-m", "revive.cli", "monitor", "--config", str(cfg_path), "--policy", str(policy),
+    spawn("worker", [py, "-m", "cli.main", "worker", "--config", str(cfg_path)], state)
+    spawn("monitor", [py, "-m", "cli.main", "monitor", "--config", str(cfg_path), "--policy", str(policy),
                       "--ui", ui], state)
     say(f"worker and monitor started (logs: {state}/worker.log, {state}/monitor.log)")
     run = uuid.uuid4().hex[:8]

@@ -14,7 +14,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -78,8 +78,8 @@ def worker(config: ConfigOpt = DEFAULT_CONFIG) -> None:
 @app.command()
 def monitor(
     config: ConfigOpt = DEFAULT_CONFIG,
-    policy: Annotated[Optional[str], typer.Option(help="policy YAML (default: built-in, observe mode)")] = None,
-    ui: Annotated[Optional[str], typer.Option(help="Web UI base URL for incident links")] = None,
+    policy: Annotated[str | None, typer.Option(help="policy YAML (default: built-in, observe mode)")] = None,
+    ui: Annotated[str | None, typer.Option(help="Web UI base URL for incident links")] = None,
 ) -> None:
     """Watch opted-in jobs and open incidents."""
     from revive.policy import load_policy
@@ -125,7 +125,7 @@ async def _decide(config: str, incident: str, decision: str, approver: str, note
     try:
         return await h.execute_update("decide", Decision(decision=decision, approver=approver, note=note), result_type=str)
     except WorkflowUpdateFailedError as e:
-        raise Fail(f"{decision} refused: {e.cause.message if e.cause else e}", 3) from None
+        raise Fail(f"{decision} refused: {getattr(e.cause, 'message', None) or e}", 3) from None
     except RPCError as e:
         raise Fail(f"{decision} refused: {e.message}", 3) from None
 
@@ -134,7 +134,7 @@ async def _decide(config: str, incident: str, decision: str, approver: str, note
 def approve(
     incident: str,
     approver: Annotated[str, typer.Option("--as", help="who approves (recorded in history)")] = "",
-    note: Optional[str] = None,
+    note: str | None = None,
     config: ConfigOpt = DEFAULT_CONFIG,
 ) -> None:
     """Approve an incident's proposed plan."""
@@ -145,7 +145,7 @@ def approve(
 def reject(
     incident: str,
     approver: Annotated[str, typer.Option("--as", help="who rejects (recorded in history)")] = "",
-    note: Optional[str] = None,
+    note: str | None = None,
     config: ConfigOpt = DEFAULT_CONFIG,
 ) -> None:
     """Reject an incident's proposed plan (nothing runs)."""
@@ -155,8 +155,8 @@ def reject(
 @app.command()
 def incidents(
     config: ConfigOpt = DEFAULT_CONFIG,
-    state: Annotated[Optional[str], typer.Option(help="filter by ReviveState")] = None,
-    job: Annotated[Optional[str], typer.Option(help="filter by job id")] = None,
+    state: Annotated[str | None, typer.Option(help="filter by ReviveState")] = None,
+    job: Annotated[str | None, typer.Option(help="filter by job id")] = None,
     limit: int = 50,
     ids: Annotated[bool, typer.Option("--ids", help="print only incident ids, one per line")] = False,
 ) -> None:
@@ -170,8 +170,8 @@ def incidents(
             q += f" AND ReviveJobId='{job}'"
         rows = []
         async for wf in client.list_workflows(q, limit=limit):
-            sa = wf.typed_search_attributes
-            get = lambda name: next((p.value for p in sa if p.key.name == name), None)  # noqa: E731
+            attrs = {p.key.name: p.value for p in wf.typed_search_attributes}
+            get = attrs.get
             rows.append((get("ReviveJobId"), get("ReviveCategory"), get("ReviveState"), get("ReviveMode"),
                          ",".join(get("ReviveNodes") or []), wf.start_time.strftime("%Y-%m-%d %H:%M:%S"), wf.id))
         return rows
@@ -247,8 +247,8 @@ def policy_check(file: Path) -> None:
 def node_resume(
     node: str,
     config: ConfigOpt = DEFAULT_CONFIG,
-    health_cmd: Annotated[Optional[str], typer.Option(help="health check command (exit 0 = healthy)")] = None,
-    policy: Optional[str] = None,
+    health_cmd: Annotated[str | None, typer.Option(help="health check command (exit 0 = healthy)")] = None,
+    policy: str | None = None,
 ) -> None:
     """Health-check a node and resume it — only if Revive drained it."""
     import shlex
@@ -324,11 +324,16 @@ def _audit_records(path: Path) -> list[dict]:
     return recs
 
 
+def _result_of(rec: dict) -> dict:
+    res = rec.get("result")
+    return res if isinstance(res, dict) else {}
+
+
 @app.command()
 def backtest(
     policy: Annotated[Path, typer.Option(help="candidate policy YAML")],
     config: ConfigOpt = DEFAULT_CONFIG,
-    since: Annotated[Optional[str], typer.Option(help="only incidents closed at/after this ISO time")] = None,
+    since: Annotated[str | None, typer.Option(help="only incidents closed at/after this ISO time")] = None,
 ) -> None:
     """Re-decide recorded incidents with a candidate policy and print where it differs."""
     from revive.backtest import backtest as run_backtest
@@ -338,8 +343,7 @@ def backtest(
     path = Path(cfg.audit_file)
     recs = _audit_records(path)
     if since:
-        recs = [r for r in recs
-                if str((r.get("result") if isinstance(r.get("result"), dict) else {}).get("closed_at") or "") >= since]
+        recs = [r for r in recs if str(_result_of(r).get("closed_at") or "") >= since]
     diffs = run_backtest(recs, load_policy(policy))
     console.print(f"{len(recs)} incidents, {len(diffs)} differ")
     for d in diffs:
@@ -350,7 +354,7 @@ def backtest(
 def replay(files: list[Path]) -> None:
     """Replay exported incident histories (``temporal workflow show -w ID --output json``) against
     the current workflow code; non-zero exit when any history no longer replays."""
-    from revive.replay import replay_files
+    from cli.replay import replay_files
 
     failures = _run(replay_files(files))
     for f, e in failures.items():
@@ -367,7 +371,7 @@ def demo(
     keep: Annotated[bool, typer.Option(help="leave everything running afterwards")] = False,
 ) -> None:
     """A real recovery on the local cluster: submit, inject a fault, detect, attribute, approve, act, verify."""
-    from revive.demo import run_demo
+    from cli.demo import run_demo
 
     rc = run_demo(fault=fault, interactive=interactive, keep=keep)
     raise typer.Exit(rc)
@@ -400,14 +404,10 @@ def main() -> None:
     except (typer.Abort, KeyboardInterrupt):
         code = 130
     except Exception as e:  # click usage errors and the like
-        try:
-            from click.exceptions import ClickException
-        except ImportError:  # typer >= 0.16 vendors click as typer._click
-            from typer._click.exceptions import ClickException  # type: ignore[no-redef]
-
-        if isinstance(e, ClickException):
-            e.show()
-            code = e.exit_code
+        show, exit_code = getattr(e, "show", None), getattr(e, "exit_code", None)
+        if callable(show) and isinstance(exit_code, int):  # a ClickException (typer may vendor click)
+            show()
+            code = exit_code
         else:  # a bug or an input nobody anticipated: one clear line, the traceback only on request
             if os.environ.get("REVIVE_DEBUG"):
                 import traceback

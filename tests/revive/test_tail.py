@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from worker.tail import LINE_CAP, Follower
+from revive.tail import LINE_CAP, Follower
 
 
 def test_reads_only_new_complete_lines_and_survives_a_lost_cache(tmp_path):

@@ -6,11 +6,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from revive.guards import JobIncidentHistory, PriorIncident
+from revive.decide.budgets import JobIncidentHistory, PriorIncident
+from revive.decide.plan import plan_for, shared_switch
 from revive.models import Action, Attribution, Category, Domain, Event, IncidentOutcome, JobRecord
 from revive.policy import RecoveryPolicy
 from runbooks import RUNBOOKS
-from runbooks.select import plan_for, shared_switch
 
 NOW = datetime(2026, 11, 29, 16, 0, tzinfo=UTC)
 SIG = {Category.gpu_hardware: "xid79", Category.crash: None, Category.app_bug: "py_keyerror",
@@ -32,7 +32,7 @@ def prior(cat: Category, sig: str | None, executed: Action = Action.restart_in_p
 
 
 def hist(*p: PriorIncident) -> JobIncidentHistory:
-    from revive.guards import history_from_priors
+    from revive.decide.budgets import history_from_priors
     return history_from_priors(list(p))
 
 

@@ -4,18 +4,16 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from revive.guards import (
-    DrainGrantInput,
-    GuardState,
-    JobIncidentHistory,
-    PriorIncident,
+from revive.decide.breaker import DrainGrantInput, GuardState, evaluate_drain
+from revive.decide.budgets import (
     RULE_MAX_REQUEUES,
     RULE_NO_PROGRESS,
     RULE_SAME_ROOT_CAUSE,
     RULE_UNKNOWN_CRASH_REPEATED,
+    JobIncidentHistory,
+    PriorIncident,
     checkpoint_advanced,
     drain_reason,
-    evaluate_drain,
     exclusions_allowed,
     history_from_priors,
     owns_drain,

@@ -3,7 +3,7 @@
 Offsets live in a small JSON file keyed by cluster, path and inode. It is a cache: losing it only
 means re-reading a log from the start, which incident dedupe makes safe. A truncated or replaced
 file (size below the offset, or a new inode) is read again from the start. Partial last lines are
-kept until their newline arrives; lines are capped at 4 KB; invalid UTF-8 is replaced.
+kept until their newline arrives; lines are capped (head and tail, ``revive.logline``); invalid UTF-8 is replaced.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-LINE_CAP = 4096
+from revive.logline import LINE_CAP, cap_bytes, decode_line
+
 MAX_READ = 8 * 1024 * 1024
 """Bytes read per poll per file; a faster-growing log is caught up over several polls."""
 
@@ -73,14 +74,11 @@ class Follower:
         parts = data.split(b"\n")
         st.partial = parts.pop()
         if len(st.partial) > LINE_CAP * 4:  # a huge line without newline: keep its head and its tail
-            st.partial = st.partial[: LINE_CAP * 2] + st.partial[-LINE_CAP * 2:]
+            st.partial = cap_bytes(st.partial, LINE_CAP * 2)
         out = []
         for raw in parts:
             st.line_no += 1
-            if len(raw) > LINE_CAP:  # the error that ends a long (progress-bar) line is in its tail
-                raw = raw[: LINE_CAP // 2] + b" " + raw[-(LINE_CAP // 2 - 1):]
-            text = raw.decode("utf-8", errors="replace").replace("\x00", "").rstrip("\r")
-            out.append((st.line_no, text))
+            out.append((st.line_no, decode_line(cap_bytes(raw, 4 * LINE_CAP))))
         return out
 
     def save(self) -> None:

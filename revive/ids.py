@@ -1,0 +1,38 @@
+"""Workflow ids and names, defined once (the monitor, the workflows, the activities and the CLI use them).
+
+- incident: ``<cluster>-<job>-<first SubmitTime>-a<attempt>-<family>`` — one incident per job
+  attempt and fault family (job ids restart at 1 on a fresh cluster, and Slurm 22.05 resets
+  SubmitTime on requeue, so the first SubmitTime Revive saw is part of the identity);
+- runbook child: ``<incident id>.runbook``;
+- per-cluster guard: ``revive-guard-<cluster>`` (``@<task queue>`` for a non-default queue).
+
+Workflow type names are the registered names (``@workflow.defn(name=…)``): activities start or
+update workflows by these names, so the activity layer never imports workflow code.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+INCIDENT_WORKFLOW = "IncidentWorkflow"
+GUARD_WORKFLOW = "ClusterGuardWorkflow"
+GUARD_REQUEST_DRAIN = "request_drain"
+"""The guard's Update that grants or refuses a drain."""
+DEFAULT_TASK_QUEUE = "revive"
+
+
+def incident_id(cluster: str, job_id: str, submit: datetime | None, attempt: int, family: str) -> str:
+    st = submit.strftime("%Y%m%dT%H%M%S") if submit else "nosubmit"
+    return f"{cluster}-{job_id}-{st}-a{attempt}-{family}"
+
+
+def runbook_id(incident: str) -> str:
+    return f"{incident}.runbook"
+
+
+def guard_workflow_id(cluster: str, task_queue: str = DEFAULT_TASK_QUEUE) -> str:
+    """The guard's workflow id: ``revive-guard-<cluster>`` for the default task queue ``revive``,
+    ``revive-guard-<cluster>@<task_queue>`` otherwise. A workflow runs on the task queue it was
+    started on, so workers of another task queue (tests) get their own guard rather than one no
+    worker of theirs polls."""
+    return f"revive-guard-{cluster}" if task_queue == DEFAULT_TASK_QUEUE else f"revive-guard-{cluster}@{task_queue}"
