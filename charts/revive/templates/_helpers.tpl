@@ -282,7 +282,7 @@ command:
 {{- end -}}
 
 {{- define "revive.metricsPort" -}}
-{{- if .Values.metrics.enabled }}
+{{- if .Values.metrics.enabled -}}
 ports:
   - name: metrics
     containerPort: {{ .Values.metrics.port }}
