@@ -6,7 +6,11 @@ models, so the chart cannot drift from ``revive/config.py`` and ``revive/policy.
 from __future__ import annotations
 
 import copy
+import os
 import re
+import shutil
+import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -408,3 +412,50 @@ def test_default_values_are_not_mutated_by_render():
     vals = _values("remote-ssh-values.yaml")
     render(vals)
     assert vals == before
+
+
+# ---- the in-pod munged wrapper, run for real -------------------------------------------------
+
+@pytest.mark.skipif(shutil.which("munged") is None or shutil.which("setpriv") is None or os.geteuid() != 0,
+                    reason="needs munged and unmunge (apt-get install munge), setpriv and root (to act as the pod's uid)")
+def test_in_pod_munged_wrapper_starts_munged_then_execs_revive():
+    """The rendered command of the in-cluster value set, with its two absolute folders moved into a
+    temp dir laid out like kubelet does (Secret file root:fsGroup 0440, emptyDir setgid 2777),
+    run as the pod's uid/gid: munged must start and ``revive`` get the container args."""
+    vals = _values("in-cluster-rest-values.yaml")
+    objs = render(vals)
+    c = container(one(objs, "Deployment", "rv-revive-worker"))
+    pod = one(objs, "Deployment", "rv-revive-worker")["spec"]["template"]["spec"]["securityContext"]
+    uid, gid = pod["runAsUser"], pod["fsGroup"]
+    base = Path(tempfile.mkdtemp(prefix="revive-munge-"))
+    try:
+        base.chmod(0o755)
+        secrets, run, bin_dir = base / "secrets", base / "run", base / "bin"
+        key = secrets / "munge-key" / "munge.key"
+        key.parent.mkdir(parents=True)
+        key.write_bytes(os.urandom(1024))
+        os.chown(key, 0, gid)
+        key.chmod(0o440)
+        run.mkdir()
+        os.chown(run, 0, gid)
+        run.chmod(0o2777)
+        bin_dir.mkdir()
+        sock = run / "munge.socket.2"
+        fake = bin_dir / "revive"  # stands in for the image's entrypoint
+        fake.write_text(f'#!/bin/sh\necho "ARGS: $*"\nmunge -n -S {sock} | unmunge -S {sock}\n')
+        fake.chmod(0o755)
+        script = c["command"][2].replace("/run/munge", str(run)).replace(SECRETS_DIR, str(secrets))
+        argv = ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
+                *c["command"][:2], script, *c["command"][3:], *c["args"]]
+        env = {"PATH": f"{bin_dir}:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": str(base)}
+        out = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
+        log = (run / "munged.log").read_text() if (run / "munged.log").exists() else ""
+        assert out.returncode == 0, out.stdout + out.stderr + log
+        assert f"ARGS: worker --config {CONFIG_DIR}/cluster.yaml" in out.stdout
+        assert "STATUS:          Success (0)" in out.stdout, out.stdout + log
+    finally:
+        if (base / "run" / "munge.socket.2").exists():
+            subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
+                            "munged", "--stop", "-S", str(base / "run" / "munge.socket.2")],
+                           capture_output=True, timeout=30)
+        shutil.rmtree(base, ignore_errors=True)
