@@ -197,7 +197,7 @@ def test_compose_config_resolves(resolved):
     for name in REVIVE_SERVICES:
         svc = resolved["services"][name]
         assert svc["image"] == "revive:0.1.0" and svc["build"]["dockerfile"] == "Dockerfile"
-        assert svc["read_only"] is True and svc["user"] == "10001"
+        assert svc["read_only"] is True and svc["user"] == "10001:10001"
         assert svc["tmpfs"] == ["/tmp"]
 
 
