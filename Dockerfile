@@ -12,7 +12,7 @@ FROM python:3.11-slim-bookworm
 # 1: install slurm-client and munge (scheduler.mode local inside the pod: the Helm chart's
 # slurmClient.enabled). 0: SSH/REST only.
 ARG SLURM_CLIENT=0
-ARG UID=10001
+ARG REVIVE_UID=10001
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
@@ -37,12 +37,12 @@ COPY runbooks ./runbooks
 RUN pip install . && cd / && rm -rf /src
 
 RUN set -eux; \
-    groupadd --gid "$UID" revive; \
-    useradd --uid "$UID" --gid "$UID" --home-dir /home/revive --create-home --shell /usr/sbin/nologin revive; \
+    groupadd --gid "$REVIVE_UID" revive; \
+    useradd --uid "$REVIVE_UID" --gid "$REVIVE_UID" --home-dir /home/revive --create-home --shell /usr/sbin/nologin revive; \
     install -d -o revive -g revive -m 0750 /var/lib/revive /var/lib/temporal; \
     install -d -m 0755 /etc/revive/config /etc/revive/secrets
 
-USER ${UID}:${UID}
+USER ${REVIVE_UID}:${REVIVE_UID}
 WORKDIR /home/revive
 ENV HOME=/home/revive
 

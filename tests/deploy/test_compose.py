@@ -171,18 +171,25 @@ def test_prometheus_scrapes_the_compose_services(compose):
 
 
 def test_dockerfile():
-    text = DOCKERFILE.read_text()
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
-    froms = [ln for ln in lines if ln.startswith("FROM ")]
-    assert froms == ["FROM python:3.11-slim-bookworm"]
-    users = [ln.split()[1] for ln in lines if ln.startswith("USER ")]
-    assert users and users[-1] not in ("root", "0", "0:0")
-    assert 'ENTRYPOINT ["revive"]' in lines
-    assert any(re.search(r"\bpip install \.(\s|$)", ln) for ln in lines)
+    """Parsed with BuildKit's own Dockerfile parser (PyPI ``dockerfile``)."""
+    dockerfile = pytest.importorskip("dockerfile", reason="pip install dockerfile==3.4.0 (BuildKit's parser)")
+    cmds = dockerfile.parse_file(str(DOCKERFILE))
+    of = lambda name: [c for c in cmds if c.cmd == name]  # noqa: E731
+    assert [c.value for c in of("FROM")] == [("python:3.11-slim-bookworm",)]
+    args = dict(v.split("=", 1) for c in of("ARG") for v in c.value)
+    assert args["SLURM_CLIENT"] == "0"
+    (user,) = [c.value[0] for c in of("USER")]
+    uid = re.sub(r"\$\{(\w+)\}", lambda m: args[m.group(1)], user)
+    assert re.fullmatch(r"[1-9]\d*:[1-9]\d*", uid), uid  # numeric and not root: runAsNonRoot can verify it
+    assert uid == "10001:10001"
+    (entry,) = of("ENTRYPOINT")
+    assert entry.json and entry.value == ("revive",)
+    assert any(re.search(r"\bpip install \.(\s|$)", c.value[0]) for c in of("RUN"))
+    assert any("slurm-client munge" in c.value[0] and '"$SLURM_CLIENT" = "1"' in c.value[0] for c in of("RUN"))
     # every package the project ships is copied, and the context (.dockerignore) lets it through
     include = re.search(r'include = \[([^\]]*)\]', (ROOT / "pyproject.toml").read_text()).group(1)
     packages = {p.strip().strip('"').rstrip("*") for p in include.split(",")}
-    copied = {c for ln in lines if ln.startswith("COPY ") for c in ln.split()[1:-1]}
+    copied = {src for c in of("COPY") for src in c.value[:-1]}
     assert packages <= copied
     allowed = {ln[1:].removesuffix("/**") for ln in DOCKERIGNORE.read_text().splitlines() if ln.startswith("!")}
     for src in copied:
