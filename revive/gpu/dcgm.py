@@ -220,6 +220,10 @@ class GpuEvidence:
                 "metric": self.metric, "value": self.value, "previous": self.previous, **self.extra}
 
 
+def _fmt(v: float | None) -> str:
+    return "-" if v is None else f"{v:g}"
+
+
 def _num(smp: GpuSample, name: str) -> float | None:
     v = smp.metrics.get(name)
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
@@ -267,7 +271,7 @@ class DcgmTracker:
         px = _num(prev, XID) if prev else None
         if x is not None and x != 0:
             if (first and self.report_initial) or (not first and px is not None and x != px):
-                out.append(self._ev("xid", cur, f"{where}: last Xid changed {px if px is not None else '-'} → {x:g}"
+                out.append(self._ev("xid", cur, f"{where}: last Xid changed {_fmt(px)} → {x:g}"
                                     + (" (first scrape: may predate it)" if first else ""),
                                     XID, x, px, xid=int(x), first_scrape=first))
             elif not first and px is None:  # field newly present
@@ -281,7 +285,7 @@ class DcgmTracker:
             xid = name[len(XID_COUNT) + 5:].split("}")[0]
             if v > 0 and ((first and self.report_initial) or (not first and v > (pv or 0))):
                 out.append(self._ev("xid", cur, f"{where}: Xid {xid} count in the exporter window "
-                                    f"{pv if pv is not None else 0:g} → {v:g}", name, float(v), pv,
+                                    f"{_fmt(pv if pv is not None else 0.0)} → {v:g}", name, float(v), pv,
                                     xid=int(xid) if xid.isdigit() else xid, first_scrape=first))
         # double-bit ECC, uncorrectable remapped rows: a rise
         for metric, kind, what in ((DBE_VOL, "ecc_dbe", "volatile double-bit ECC errors"),
@@ -292,7 +296,7 @@ class DcgmTracker:
             if v is None:
                 continue
             if (not first and pv is not None and v > pv) or (first and self.report_initial and v > 0):
-                out.append(self._ev(kind, cur, f"{where}: {what} {pv if pv is not None else '-'} → {v:g}",
+                out.append(self._ev(kind, cur, f"{where}: {what} {_fmt(pv)} → {v:g}",
                                     metric, v, pv))
         # row remap failure: a state, reported when it becomes 1
         v = _num(cur, REMAP_FAILURE)
