@@ -83,12 +83,16 @@ class DcgmScrapeError(EvidenceError):
     """The exporter could not be fetched (connection error, timeout, non-200)."""
 
 
-def _blank(v: float) -> bool:
-    if math.isnan(v) or math.isinf(v):
-        return True
-    if v >= _FP64_BLANK:
-        return True
-    return _INT32_BLANK <= v <= _INT32_BLANK + 3  # DCGM_INT32_BLANK .. NOT_PERMISSIONED
+def _blank(raw: Any) -> bool:
+    """DCGM's blank / not-found / not-supported / not-permissioned markers. Integers and floats are
+    told apart by how the exporter printed them (``%d`` vs ``%f``), as prometheus-client's parser
+    keeps them: a large integer counter (NVLink bytes) is a value, a float at ``2**47`` a blank."""
+    if isinstance(raw, bool):
+        return False
+    if isinstance(raw, int):
+        return raw >= _INT64_BLANK or _INT32_BLANK <= raw <= _INT32_BLANK + 3
+    v = float(raw)
+    return math.isnan(v) or math.isinf(v) or v >= _FP64_BLANK
 
 
 def _key_suffix(labels: dict[str, str]) -> str:
@@ -151,11 +155,9 @@ def parse_dcgm(text: str, *, node: str | None = None, at: datetime | None = None
                     smp.metrics["DCGM_FI_DRIVER_VERSION"] = lab["DCGM_FI_DRIVER_VERSION"]
             try:
                 v = float(s.value)
-            except (TypeError, ValueError):
-                continue
-            if _blank(v):
-                continue
-            if isinstance(s.value, int) and s.value >= _INT64_BLANK:
+                if _blank(s.value):
+                    continue
+            except (TypeError, ValueError, OverflowError):
                 continue
             suffix = _key_suffix(lab)
             gi = lab.get("GPU_I_ID")
@@ -169,8 +171,6 @@ def parse_dcgm(text: str, *, node: str | None = None, at: datetime | None = None
         for name, v in vals.items():
             if name.startswith("DCGM_FI_DEV_") and name not in smp.metrics:
                 smp.metrics[name] = v
-    if families and not by_gpu and any(f.name.startswith("DCGM_") for f in families):
-        raise DcgmParseError("dcgm-exporter text has DCGM_* series but none with a numeric 'gpu' label")
     return sorted(by_gpu.values(), key=lambda x: (x.node or "", x.index or 0, x.uuid or ""))
 
 

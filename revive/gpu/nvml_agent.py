@@ -226,6 +226,9 @@ class NvmlReader:
         self.nvml = nvml
         self.node = node or socket.gethostname()
         self._lock = threading.RLock()
+        # held for the whole of one event wait; close() takes it first (order: _wait_lock, _lock) so
+        # the event set is never freed under a wait still running in a worker thread
+        self._wait_lock = threading.Lock()
         self._handles: list[Any] = []
         self._static: list[GpuReading] = []
         self._event_set: Any = None
@@ -276,8 +279,10 @@ class NvmlReader:
         return self
 
     def close(self) -> None:
+        """Free the event set and shut NVML down; waits for an in-flight :meth:`wait_xid` (at most
+        its ``timeout_ms``)."""
         n = self.nvml
-        with self._lock:
+        with self._wait_lock, self._lock:
             if not self._open:
                 return
             if self._event_set is not None:
@@ -440,15 +445,19 @@ class NvmlReader:
         """Block up to ``timeout_ms`` [ms] for the next Xid; ``None`` on timeout or when no device is
         registered. Blocking: call it from a worker thread (``NvmlAgent`` does)."""
         n = self.nvml
-        es = self._event_set
-        if es is None:
-            return None
-        try:
-            data = n.nvmlEventSetWait_v2(es, int(timeout_ms))
-        except n.NVMLError as exc:
-            if getattr(exc, "value", None) == n.NVML_ERROR_TIMEOUT:
+        with self._wait_lock:
+            es = self._event_set
+            if es is None or not self._open:
                 return None
-            raise
+            try:
+                data = n.nvmlEventSetWait_v2(es, int(timeout_ms))
+            except n.NVMLError as exc:
+                if getattr(exc, "value", None) == n.NVML_ERROR_TIMEOUT:
+                    return None
+                raise
+            return self._event(n, data)
+
+    def _event(self, n: Any, data: Any) -> XidEvent | None:
         if not (int(data.eventType) & int(n.nvmlEventTypeXidCriticalError)):
             return None
         at = datetime.now(timezone.utc)

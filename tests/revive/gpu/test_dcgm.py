@@ -69,6 +69,16 @@ def test_parse_h100_scrape(scrape1):
     # DCGM's "not supported" blank (H100 SXM has no encoder) is dropped, not reported as a number
     assert "DCGM_FI_DEV_ENC_UTIL" not in g0.metrics
     assert g0.metrics["DCGM_FI_DEV_POWER_USAGE"] == pytest.approx(611.412)
+    assert g0.metrics["DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"] == 88413225172  # a big integer is a value
+
+
+def test_blank_markers():
+    base = 'DCGM_FI_DEV_SM_CLOCK{gpu="0",UUID="GPU-a"} 1410\n'
+    for raw in ("9223372036854775792", "9223372036854775795", "2147483632", "140737488355328.000000", "NaN"):
+        (s,) = parse_dcgm(base + f'DCGM_FI_DEV_GPU_TEMP{{gpu="0",UUID="GPU-a"}} {raw}\n')
+        assert "DCGM_FI_DEV_GPU_TEMP" not in s.metrics, raw
+    (s,) = parse_dcgm(base + 'DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL{gpu="0",UUID="GPU-a"} 281474976710656\n')
+    assert s.metrics["DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"] == 2**48
 
 
 def test_parse_old_format_and_node_override(data_dir):
@@ -92,7 +102,6 @@ def test_parse_mig_kubernetes_lowercase_hostname(data_dir):
     ("<html><body>502 Bad Gateway</body></html>", "malformed dcgm-exporter text"),
     ('DCGM_FI_DEV_SM_CLOCK{gpu="0",UUID="GPU-x"} fast', "could not convert"),
     ('DCGM_FI_DEV_SM_CLOCK{gpu="0",UUID="GPU-x" 1410', "malformed"),
-    ('DCGM_FI_DEV_SM_CLOCK{gpu="nvswitch"} 1', "none with a numeric 'gpu' label"),
 ])
 def test_malformed_text_is_a_clear_error(text, needle):
     with pytest.raises(DcgmParseError, match=re.escape(needle)) as e:
@@ -104,6 +113,7 @@ def test_non_text_and_empty():
     with pytest.raises(DcgmParseError, match="must be str"):
         parse_dcgm(b"DCGM_FI_DEV_SM_CLOCK 1")  # type: ignore[arg-type]
     assert parse_dcgm("") == []  # an exporter with no GPUs
+    assert parse_dcgm('DCGM_FI_DEV_NVSWITCH_TEMPERATURE_CURRENT{nvswitch="0"} 41') == []  # switch entities
     assert parse_dcgm("# HELP go_goroutines x\n# TYPE go_goroutines gauge\ngo_goroutines 12\n") == []
 
 

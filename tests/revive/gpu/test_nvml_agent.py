@@ -368,3 +368,28 @@ def test_fixture_key_errors_are_clear():
     with pytest.raises(ValueError, match="unknown pynvml constant 'NVML_NO_SUCH'"):
         FakeNvml({"devices": [{"nvmlDeviceGetClockInfo(NVML_NO_SUCH)": 1}]})
     assert fake_nvml.load_fixture  # public helper
+
+
+def test_close_during_a_wait_does_not_free_the_set_under_it(fixture_dict):
+    import threading
+
+    fixture_dict["events"] = []
+    fake, reader = reader_for(fixture_dict)
+    reader.register_xid()
+    errors: list[BaseException] = []
+
+    def waiter():
+        try:
+            for _ in range(20):
+                reader.wait_xid(5)
+        except BaseException as exc:  # pragma: no cover - the failure being guarded against
+            errors.append(exc)
+
+    t = threading.Thread(target=waiter)
+    t.start()
+    time.sleep(0.02)
+    reader.close()
+    t.join(5)
+    assert not t.is_alive() and not errors
+    assert fake.event_sets[0].freed and fake.init_count == 0
+    assert reader.wait_xid(5) is None  # closed: no wait at all
