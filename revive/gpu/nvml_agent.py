@@ -162,6 +162,17 @@ class XidEvent:
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)
 
+    def kernel_line(self) -> str:
+        """The event as the driver's own kernel-log line (``NVRM: Xid (PCI:0000:18:00): 79, …``), so
+        the catalog signature ``xid.event`` and the Xid resolver can read it unchanged. NVML's
+        8-digit PCI domain is shortened to the kernel's 4."""
+        bus = (self.pci_bus_id or "").split(".")[0]
+        parts = bus.split(":")
+        if len(parts) == 3:
+            bus = f"{parts[0][-4:]}:{parts[1]}:{parts[2]}"
+        return (f"NVRM: Xid (PCI:{bus or '0000:00:00'}): {self.xid}, reported by the Revive NVML agent on "
+                f"{self.node} (GPU {self.gpu_index}, {self.uuid or 'no uuid'})")
+
 
 @dataclass
 class GpuReading:

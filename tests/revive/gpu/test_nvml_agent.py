@@ -393,3 +393,12 @@ def test_close_during_a_wait_does_not_free_the_set_under_it(fixture_dict):
     assert not t.is_alive() and not errors
     assert fake.event_sets[0].freed and fake.init_count == 0
     assert reader.wait_xid(5) is None  # closed: no wait at all
+
+
+def test_xid_event_as_a_kernel_line_matches_the_catalog():
+    from revive.signatures.matcher import scan_text
+
+    line = _ev(79).kernel_line()
+    assert line.startswith("NVRM: Xid (PCI:0000:18:00): 79, ")
+    hits = [m for _, m in scan_text(line) if m.id == "xid.event"]
+    assert hits and hits[0].fields["pci"] == "0000:18:00" and hits[0].fields["xid"] == "79"
