@@ -402,3 +402,12 @@ def test_xid_event_as_a_kernel_line_matches_the_catalog():
     assert line.startswith("NVRM: Xid (PCI:0000:18:00): 79, ")
     hits = [m for _, m in scan_text(line) if m.id == "xid.event"]
     assert hits and hits[0].fields["pci"] == "0000:18:00" and hits[0].fields["xid"] == "79"
+
+
+def test_fake_monkeypatched_over_pynvml_drives_the_default_reader(monkeypatch, fixture_dict):
+    import sys
+
+    fake = FakeNvml(fixture_dict)
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    reader = NvmlReader(node=NODE).open()  # no module passed: the default import path
+    assert reader.nvml is fake and reader.read().gpus[1].values["sm_clock_mhz"] == 1035
