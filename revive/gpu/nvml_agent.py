@@ -267,7 +267,11 @@ class NvmlReader:
             try:
                 count = int(n.nvmlDeviceGetCount())
             except n.NVMLError as exc:
-                self.close()
+                self._open = False
+                try:
+                    n.nvmlShutdown()
+                except n.NVMLError:
+                    pass
                 raise NvmlUnavailable(f"NVML initialised but the device count failed: {_err_text(exc)}",
                                       getattr(exc, "value", None)) from exc
             self._handles, self._static = [], []
@@ -737,7 +741,7 @@ class NvmlAgent:
         self.wait_timeout_ms = wait_timeout_ms
         self.xid_stats = xid_stats or XidStats()
         self._tasks: set[asyncio.Task] = set()
-        self.delivered = 0
+        self.dispatched = 0  # events handed to every callback (whether or not a callback failed)
 
     async def _dispatch(self, ev: XidEvent) -> None:
         for cb in self.callbacks:
@@ -745,7 +749,7 @@ class NvmlAgent:
                 await cb(ev)
             except Exception:
                 log.exception("Xid callback %r failed for %s", cb, ev.to_json())
-        self.delivered += 1
+        self.dispatched += 1
 
     async def run(self, stop: asyncio.Event, max_events: int | None = None) -> int:
         """Wait/dispatch until ``stop`` is set (checked at least every ``wait_timeout_ms``) or

@@ -218,7 +218,7 @@ async def test_wait_loop_delivers_one_trigger_per_event(fixture_dict):
     agent = NvmlAgent(reader, on_xid, wait_timeout_ms=20)
     stop = asyncio.Event()
     seen = await asyncio.wait_for(agent.run(stop, max_events=3), timeout=10)
-    assert seen == 3 and agent.delivered == 3
+    assert seen == 3 and agent.dispatched == 3
     assert [(e.gpu_index, e.uuid, e.pci_bus_id, e.xid, e.node) for e in got] == [
         (0, UUID0, "00000000:18:00.0", 79, NODE), (1, UUID1, "00000000:2a:00.0", 74, NODE),
         (0, UUID0, "00000000:18:00.0", 79, NODE)]
@@ -286,7 +286,7 @@ async def test_failing_or_slow_callback_never_blocks_the_wait(fixture_dict):
 
     agent = NvmlAgent(reader, [broken, slow, good], wait_timeout_ms=10)
     assert await asyncio.wait_for(agent.run(asyncio.Event(), max_events=2), 10) == 2
-    assert ok == [79, 48] and agent.delivered == 2
+    assert ok == [79, 48] and agent.dispatched == 2
     assert started[1] < 0.25  # the second event was dispatched while the first sink still slept
 
 
@@ -411,3 +411,11 @@ def test_fake_monkeypatched_over_pynvml_drives_the_default_reader(monkeypatch, f
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     reader = NvmlReader(node=NODE).open()  # no module passed: the default import path
     assert reader.nvml is fake and reader.read().gpus[1].values["sm_clock_mhz"] == 1035
+
+
+def test_device_count_failure_after_init(fixture_dict):
+    fixture_dict["nvmlDeviceGetCount"] = {"error": "NVML_ERROR_UNKNOWN"}
+    fake = FakeNvml(fixture_dict)
+    with pytest.raises(NvmlUnavailable, match="device count failed: Unknown Error") as e:
+        NvmlReader(nvml=fake, node=NODE).open()
+    assert e.value.code == pynvml.NVML_ERROR_UNKNOWN and fake.init_count == 0
