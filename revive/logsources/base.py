@@ -467,7 +467,7 @@ class HttpLogSource:
                  max_window_s: float = 3600.0, settle_s: float = 30.0, reorder_window_s: float = 0.0,
                  follow: bool = False, backoff_s: float = 5.0, reconnect_min_s: float = 0.5,
                  reconnect_max_s: float = 30.0, max_queue: int = 100_000,
-                 clock: Callable[[], float] = time.time, monotonic: Callable[[], float] = time.monotonic,
+                 clock_ns: Callable[[], int] = time.time_ns, monotonic: Callable[[], float] = time.monotonic,
                  sleep: Sleep = asyncio.sleep) -> None:
         if limit < 1 or max_pages < 1:
             raise ValueError("limit and max_pages must be ≥ 1")
@@ -482,7 +482,7 @@ class HttpLogSource:
         self.reconnect_min_s = reconnect_min_s
         self.reconnect_max_s = reconnect_max_s
         self.max_queue = max_queue
-        self._clock = clock
+        self._clock_ns = clock_ns
         self._mono = monotonic
         self._sleep = sleep
         self._streams: dict[str, StreamState] = {}
@@ -550,7 +550,7 @@ class HttpLogSource:
         return st
 
     def _now_ns(self) -> int:
-        return int(self._clock() * 1e9)
+        return int(self._clock_ns())
 
     async def _poll(self, st: StreamState) -> list[LogLine]:
         if self._mono() < st.backoff_until:
