@@ -187,7 +187,7 @@ VID = {V1: "0000000000000000e934a84adb05276890d7f7bfcadabe92", V2: "000000000000
 def vl_line(stream, ts, msg, **fields):
     obj = {"_msg": msg, "_stream": stream, "_stream_id": VID[stream], "_time": rfc(ts)}
     obj.update(fields)
-    return json.dumps(dict(sorted(obj.items())), ensure_ascii=False)
+    return json.dumps(dict(sorted(obj.items())), separators=(",", ":"))
 
 
 def vl_req(start, end, limit=4):
