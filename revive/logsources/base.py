@@ -445,6 +445,7 @@ class StreamState:
     dropped: set[tuple[str, int]] = field(default_factory=set)
     """Follow mode: (stream_key, ts_ns) the server said it dropped: back-filled by a range query."""
     task: asyncio.Task[None] | None = None
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     connected: bool = False
     reconnects: int = 0
     last_error: str | None = None
@@ -504,9 +505,10 @@ class HttpLogSource:
         if self._closed:
             raise LogSourceError("log source is closed")
         st = self._stream(sel)
-        if not self.follow:
-            return await self._poll(st)
-        return await self._read_follow(st)
+        async with st.lock:  # one reader per stream at a time: the cursor is not shared safely
+            if not self.follow:
+                return await self._poll(st)
+            return await self._read_follow(st)
 
     async def close(self) -> None:
         if self._closed:
@@ -618,7 +620,10 @@ class HttpLogSource:
                     raise
         entries, st.queue = st.queue, []
         if entries or backfill:
-            out += st.cursor.accept(entries + backfill, self.reorder_ns, allow_older=bool(backfill))
+            # allow_older: a tail delivers streams independently, so an entry of one stream may
+            # arrive after a newer entry of another; the seen-set still drops replays (a
+            # reconnect starts at the newest timestamp received, inside the window)
+            out += st.cursor.accept(entries + backfill, self.reorder_ns, allow_older=True)
             if entries:
                 st.cursor.advance(max(e.ts_ns for e in entries), self.reorder_ns)
         return out
