@@ -467,7 +467,7 @@ class HttpLogSource:
     def __init__(self, *, limit: int = 1000, max_pages: int = 20, lookback_s: float = 3600.0,
                  max_window_s: float = 3600.0, settle_s: float = 30.0, reorder_window_s: float = 0.0,
                  follow: bool = False, backoff_s: float = 5.0, reconnect_min_s: float = 0.5,
-                 reconnect_max_s: float = 30.0, max_queue: int = 100_000,
+                 reconnect_max_s: float = 30.0, max_queue: int = 100_000, tail_reorder_s: float = 10.0,
                  clock_ns: Callable[[], int] = time.time_ns, monotonic: Callable[[], float] = time.monotonic,
                  sleep: Sleep = asyncio.sleep) -> None:
         if limit < 1 or max_pages < 1:
@@ -479,6 +479,9 @@ class HttpLogSource:
         self.settle_ns = int(settle_s * 1e9)
         self.reorder_ns = int(reorder_window_s * 1e9)
         self.follow = follow
+        self._keep_ns = max(self.reorder_ns, int(tail_reorder_s * 1e9)) if follow else self.reorder_ns
+        """How far below the position digests are kept (and late entries accepted): the reorder
+        window, widened in follow mode to ``tail_reorder_s``."""
         self.backoff_s = backoff_s
         self.reconnect_min_s = reconnect_min_s
         self.reconnect_max_s = reconnect_max_s
@@ -577,7 +580,7 @@ class HttpLogSource:
                 if out:  # return what we have; the next call meets the error again
                     break
                 raise
-            out += c.accept(entries, self.reorder_ns)
+            out += c.accept(entries, self._keep_ns)
             if len(entries) >= self.limit:
                 last = max(e.ts_ns for e in entries)
                 if last <= start:
@@ -586,11 +589,11 @@ class HttpLogSource:
                     log.warning("more than %d log entries at one timestamp (%d): skipping past it",
                                 self.limit, last)
                     last = start + 1
-                c.advance(last, self.reorder_ns)
+                c.advance(last, self._keep_ns)
                 start = last
                 continue
             newest = max((e.ts_ns for e in entries), default=c.pos_ns)
-            c.advance(max(newest, min(wend, end - self.settle_ns)), self.reorder_ns)
+            c.advance(max(newest, min(wend, end - self.settle_ns)), self._keep_ns)
             if wend >= end:
                 break
             start = wend
@@ -620,12 +623,12 @@ class HttpLogSource:
                     raise
         entries, st.queue = st.queue, []
         if entries or backfill:
-            # allow_older: a tail delivers streams independently, so an entry of one stream may
-            # arrive after a newer entry of another; the seen-set still drops replays (a
-            # reconnect starts at the newest timestamp received, inside the window)
-            out += st.cursor.accept(entries + backfill, self.reorder_ns, allow_older=True)
+            # a tail delivers streams independently: an entry of one stream may arrive after a
+            # newer entry of another. The follow window (_keep_ns) tolerates that and keeps the
+            # digests a reconnect (which starts _keep_ns before the newest entry) replays.
+            out += st.cursor.accept(entries + backfill, self._keep_ns, allow_older=bool(backfill))
             if entries:
-                st.cursor.advance(max(e.ts_ns for e in entries), self.reorder_ns)
+                st.cursor.advance(max(e.ts_ns for e in entries), self._keep_ns)
         return out
 
     async def _query_all(self, sel: StreamSelector, lo: int, hi: int) -> list[Entry]:
@@ -655,7 +658,7 @@ class HttpLogSource:
         delay = self.reconnect_min_s
         while not self._closed:
             start = max(st.cursor.pos_ns or 0, st.rx_pos_ns or 0)
-            start = max(0, start - self.reorder_ns)
+            start = max(0, start - self._keep_ns)
             was_connected = False
             try:
                 await self._tail_once(st, start)

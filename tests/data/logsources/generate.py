@@ -144,17 +144,20 @@ def loki_tail():
         "about": "Loki /loki/api/v1/tail WebSocket messages (documented streamed shape), two connections: "
                  "the first is dropped by the server, the second replays the boundary.",
         "connections": [
-            {"expect_params": {"start": str(T + 3 * S), "limit": "100", "delay_for": "0"},
+            {"expect_params": {"start": str(T - 7 * S), "limit": "100", "delay_for": "0"},
              "messages": [
                  msg([(G1, [(T + 3 * S, "step 2 loss 1.900"), (T + 4 * S, "step 3 loss 1.800")])]),
                  msg([(G2, [(T + 5 * S, "gpu02: step 3")])], dropped=[(G1, T + 4 * S + 500)]),
                  msg([(G1, [(T + 6 * S, "step 4 loss 1.700")])]),
              ],
              "then": "drop"},
-            {"expect_params": {"start": str(T + 6 * S), "limit": "100", "delay_for": "0"},
-             "messages": [
-                 msg([(G1, [(T + 6 * S, "step 4 loss 1.700"), (T + 7 * S, "step 5 loss 1.650")]),
-                      (G2, [(T + 7 * S, "gpu02: step 5")])]),
+            {"expect_params": {"start": str(T - 4 * S), "limit": "100", "delay_for": "0"},
+             "messages": [  # the server replays everything since start; only the last two are new
+                 msg([(G1, [(T + 1 * S, "step 1 loss 2.000"), (T + 3 * S, "step 2 loss 1.900"),
+                            (T + 4 * S, "step 3 loss 1.800"),
+                            (T + 4 * S + 500, "step 3 ckpt saved (dropped by the tail)"),
+                            (T + 6 * S, "step 4 loss 1.700"), (T + 7 * S, "step 5 loss 1.650")]),
+                      (G2, [(T + 5 * S, "gpu02: step 3"), (T + 7 * S, "gpu02: step 5")])]),
              ],
              "then": "hold"},
         ],
@@ -269,9 +272,10 @@ def vl_tail():
         "connections": [
             {"chunks": [vl_line(V1, T + 11 * S, "t1") + "\n" + vl_line(V2, T + 12 * S, "t2")[:30],
                         vl_line(V2, T + 12 * S, "t2")[30:] + "\n", vl_line(V1, T + 13 * S, "t3") + "\n"],
-             "expect_start_offset": "8.000s", "then": "end"},
-            {"chunks": [vl_line(V1, T + 13 * S, "t3") + "\n" + vl_line(V1, T + 14 * S, "t4") + "\n"],
-             "expect_start_offset": "7.000s", "then": "hold"},
+             "expect_start_offset": "18.000s", "then": "end"},
+            {"chunks": [vl_line(V1, T + 11 * S, "t1") + "\n" + vl_line(V2, T + 12 * S, "t2") + "\n",
+                        vl_line(V1, T + 13 * S, "t3") + "\n" + vl_line(V1, T + 14 * S, "t4") + "\n"],
+             "expect_start_offset": "17.000s", "then": "hold"},
         ],
         "catch_up": {"request": vl_req(T, T + 10 * S, limit=100), "response": vl_ok(
             vl_line(V1, T + 1 * S, "c1"), vl_line(V1, T + 2 * S, "c2"))},

@@ -314,7 +314,7 @@ async def test_tail_replay_with_drop_and_reconnect():
         assert not replay.pending
         # 4: reconnect from the newest timestamp received; the replayed boundary entry is dropped
         gate.set()
-        await until(lambda: src.stats(sel)["queued"] == 3, what="second connection's messages")
+        await until(lambda: src.stats(sel)["queued"] == 8, what="second connection's messages")
         for k, v in conns[1]["expect_params"].items():
             assert params_seen[1][k] == v, k
         got += await src.read_new(sel)
@@ -339,4 +339,30 @@ async def test_tail_to_dead_server_polls_and_raises_unavailable():
                         follow=True, sleep=no_sleep, reconnect_min_s=0.01)
     with pytest.raises(LogSourceUnavailable):
         await src.read_new(selector())  # the catch-up poll fails: nothing started yet
+    await src.close()
+
+
+async def test_tail_entry_of_another_stream_arriving_late_is_kept():
+    """A tail interleaves streams independently: an older entry of stream B after a newer one of A."""
+    t = 1_700_000_000 * 10**9
+    src = LokiLogSource("http://loki.test", TEMPLATE, follow=True, tail_reorder_s=10,
+                        transport=httpx.MockTransport(lambda r: httpx.Response(500)))
+    sel = selector()
+    st = src._stream(sel)
+    st.task = asyncio.get_running_loop().create_task(asyncio.sleep(3600))  # a connected tail, driven by hand
+    st.connected = True
+    st.cursor.pos_ns = t
+
+    def msg(labels, ts, line):
+        return json.dumps({"streams": [{"stream": labels, "values": [[str(ts), line]]}], "dropped_entries": []})
+
+    g1, g2 = {"host": "gpu01"}, {"host": "gpu02"}
+    src._on_tail_message(st, msg(g1, t + 10 * 10**9, "A"))
+    assert [ln.text for ln in await src.read_new(sel)] == ["A"]
+    src._on_tail_message(st, msg(g2, t + 9 * 10**9, "B (older, other stream)"))
+    src._on_tail_message(st, msg(g1, t + 10 * 10**9, "A"))  # a replay
+    assert [ln.text for ln in await src.read_new(sel)] == ["B (older, other stream)"]
+    src._on_tail_message(st, msg(g2, t - 1 * 10**9, "beyond the window"))
+    assert await src.read_new(sel) == []
+    assert src.stats(sel)["late_dropped"] == 1
     await src.close()

@@ -187,7 +187,7 @@ async def test_tail_replay_with_end_of_stream_and_reconnect():
     got += await src.read_new(sel)  # tail down: a query fills in; the queued copies are dropped
     assert not replay.pending
     gate.set()
-    await until(lambda: src.stats(sel)["queued"] == 2, what="second tail response")
+    await until(lambda: src.stats(sel)["queued"] == 4, what="second tail response")
     assert tails[1]["start_offset"] == TAIL["connections"][1]["expect_start_offset"]
     got += await src.read_new(sel)
     assert [ln.text for ln in got] == TAIL["expect"]
