@@ -204,9 +204,10 @@ class VictoriaLogsSource(HttpLogSource):
         if self.extra_filter:
             q = f"{q} {self.extra_filter}"
         data = {"query": q}
-        back_s = (self._now_ns() - start_ns) / 1e9 if start_ns else 0.0
-        if back_s > 0:
-            data["start_offset"] = f"{back_s:.3f}s"
+        back_ms = -(-(self._now_ns() - start_ns) // 1_000_000) if start_ns else 0  # ceil
+        if back_ms > 0:
+            # the server starts at now - offset (1 s by default) - start_offset: a second early, de-duplicated
+            data["start_offset"] = f"{back_ms}ms"
         timeout = httpx.Timeout(self.timeout_s, read=None)
         async with self.client.stream("POST", f"{self.base_url}/select/logsql/tail", data=data,
                                       headers=self._headers(), timeout=timeout) as r:

@@ -272,10 +272,10 @@ def vl_tail():
         "connections": [
             {"chunks": [vl_line(V1, T + 11 * S, "t1") + "\n" + vl_line(V2, T + 12 * S, "t2")[:30],
                         vl_line(V2, T + 12 * S, "t2")[30:] + "\n", vl_line(V1, T + 13 * S, "t3") + "\n"],
-             "expect_start_offset": "18.000s", "then": "end"},
+             "expect_start_offset": "18000ms", "then": "end"},
             {"chunks": [vl_line(V1, T + 11 * S, "t1") + "\n" + vl_line(V2, T + 12 * S, "t2") + "\n",
                         vl_line(V1, T + 13 * S, "t3") + "\n" + vl_line(V1, T + 14 * S, "t4") + "\n"],
-             "expect_start_offset": "17.000s", "then": "hold"},
+             "expect_start_offset": "17000ms", "then": "hold"},
         ],
         "catch_up": {"request": vl_req(T, T + 10 * S, limit=100), "response": vl_ok(
             vl_line(V1, T + 1 * S, "c1"), vl_line(V1, T + 2 * S, "c2"))},

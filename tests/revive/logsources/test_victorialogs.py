@@ -163,7 +163,7 @@ async def test_tail_replay_with_end_of_stream_and_reconnect():
             if c["then"] == "hold":
                 await hold.wait()
 
-        return httpx.Response(200, headers={"Content-Type": "application/stream+json"}, content=body())
+        return httpx.Response(200, headers={"Content-Type": "application/x-ndjson"}, content=body())
 
     replay.extra["/select/logsql/tail"] = tail
     gate = asyncio.Event()
