@@ -56,6 +56,10 @@ class LogSourceConfig(BaseModel):
     lookback_s: float = Field(default=3600.0, ge=0)
     settle_s: float = Field(default=30.0, ge=0)
     reorder_window_s: float = Field(default=0.0, ge=0)
+    max_window_s: float = Field(default=3600.0, gt=0)
+    """Longest time range one query covers (stays under Loki's max_query_length)."""
+    tail_reorder_s: float = Field(default=10.0, ge=0)
+    """Follow mode: how late an entry of one stream may arrive after a newer one of another."""
     timeout_s: float = Field(default=10.0, gt=0)
     offsets_file: str | None = None
     """file backend: where the Follower caches offsets."""
@@ -78,7 +82,8 @@ def from_config(cfg: Mapping[str, Any] | LogSourceConfig, **kw: Any) -> LogSourc
     except ValidationError as e:
         raise ConfigError(f"logs: {e}") from e
     common = dict(limit=c.limit, lookback_s=c.lookback_s, settle_s=c.settle_s,
-                  reorder_window_s=c.reorder_window_s, follow=c.follow, timeout_s=c.timeout_s)
+                  reorder_window_s=c.reorder_window_s, follow=c.follow, timeout_s=c.timeout_s,
+                  max_window_s=c.max_window_s, tail_reorder_s=c.tail_reorder_s)
     try:
         if c.backend == "file":
             from revive.logsources.files import FileLogSource
