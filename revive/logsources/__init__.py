@@ -40,10 +40,16 @@ __all__ = [
 
 
 class LogSourceConfig(BaseModel):
-    """The proposed ``logs:`` block of the cluster config (see ``docs/logsources.md``)."""
+    """The proposed ``logs:`` block of the cluster config (see ``docs/logsources.md``): a superset
+    of today's ``revive.config.LogSource`` (``poll_interval_s``, ``over_ssh``, ``offsets_file``), so
+    an existing cluster file validates unchanged and means ``backend: file``."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    poll_interval_s: float = Field(default=0.5, gt=0, le=0.5)
+    """Unchanged from ``revive.config.LogSource`` (the monitor's poll period)."""
+    over_ssh: bool = False
+    """Unchanged from ``revive.config.LogSource`` (declared there, not used by the monitor yet)."""
     backend: Literal["file", "loki", "victorialogs"] = "file"
     url: str | None = None
     labels: dict[str, str] = Field(default_factory=dict)

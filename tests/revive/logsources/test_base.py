@@ -113,3 +113,6 @@ def test_from_config_builds_each_backend(tmp_path):
     with pytest.raises(ConfigError):
         from_config({"backend": "elastic"})
     assert LogSourceConfig().backend == "file"
+    # today's logs block (revive.config.LogSource) validates unchanged and means the file backend
+    old = LogSourceConfig.model_validate({"poll_interval_s": 0.25, "over_ssh": False, "offsets_file": "/tmp/o.json"})
+    assert old.backend == "file" and old.offsets_file == "/tmp/o.json"
