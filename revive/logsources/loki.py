@@ -112,6 +112,11 @@ class LokiLogSource(HttpLogSource):
         self.timeout_s = timeout_s
         self.delay_for_s = max(0, min(5, int(delay_for_s)))  # the API caps delay_for at 5
         self.ws_max_size = ws_max_size
+        if self.follow:
+            try:
+                import websockets.asyncio.client  # noqa: F401
+            except ImportError as e:
+                raise ValueError("Loki follow mode needs the 'websockets' package (>= 15)") from e
         self._own_client = client is None
         self.client = client or httpx.AsyncClient(transport=transport, timeout=timeout_s)
 
@@ -158,10 +163,7 @@ class LokiLogSource(HttpLogSource):
         return urlunsplit((scheme, u.netloc, u.path.rstrip("/") + "/loki/api/v1/tail", q, ""))
 
     async def _tail_once(self, st: StreamState, start_ns: int) -> None:
-        try:
-            from websockets.asyncio.client import connect
-        except ImportError as e:  # pragma: no cover - depends on the environment
-            raise LogSourceError("Loki follow mode needs the 'websockets' package") from e
+        from websockets.asyncio.client import connect  # checked in __init__
         url = self.tail_url(st.sel, start_ns)
         async with connect(url, additional_headers=self._headers(), open_timeout=self.timeout_s,
                            max_size=self.ws_max_size, proxy=None) as ws:

@@ -344,6 +344,7 @@ async def test_tail_to_dead_server_polls_and_raises_unavailable():
 
 async def test_tail_entry_of_another_stream_arriving_late_is_kept():
     """A tail interleaves streams independently: an older entry of stream B after a newer one of A."""
+    pytest.importorskip("websockets")
     t = 1_700_000_000 * 10**9
     src = LokiLogSource("http://loki.test", TEMPLATE, follow=True, tail_reorder_s=10,
                         transport=httpx.MockTransport(lambda r: httpx.Response(500)))
@@ -366,3 +367,15 @@ async def test_tail_entry_of_another_stream_arriving_late_is_kept():
     assert await src.read_new(sel) == []
     assert src.stats(sel)["late_dropped"] == 1
     await src.close()
+
+
+def test_values_with_structured_metadata_and_malformed_values():
+    from revive.logsources.loki import parse_streams
+
+    result = [{"stream": {"a": "1"}, "values": [
+        ["1700000000000000001", "with metadata", {"structuredMetadata": {"trace_id": "x"}}],
+        ["not-a-number", "bad ts"], ["1700000000000000002"], ["1700000000000000003", 42], "junk",
+        ["1700000000000000004", "ok"]]}, "not a stream", {"stream": "junk", "values": [["5", "no labels"]]}]
+    got = [(e.ts_ns, e.line, e.labels) for e in parse_streams(result, "t")]
+    assert got == [(1700000000000000001, "with metadata", {"a": "1"}), (1700000000000000004, "ok", {"a": "1"}),
+                   (5, "no labels", {})]
