@@ -293,19 +293,17 @@ class StreamCursor:
     late_dropped: int = 0
     stuck_skips: int = 0
 
-    def accept(self, entries: Iterable[Entry], reorder_ns: int, *, allow_older: bool = False,
-               only: set[tuple[str, int]] | None = None) -> list[LogLine]:
+    def accept(self, entries: Iterable[Entry], reorder_ns: int, *,
+               older_ok: set[tuple[str, int]] | None = None) -> list[LogLine]:
         """Entries → new :class:`LogLine`s: merged by timestamp (stable), de-duplicated against
-        ``seen`` and among themselves, late ones (below the window) dropped unless
-        ``allow_older``. ``only`` keeps just the (stream_key, ts_ns) pairs named (back-fill of
-        entries a tail reported dropped). Does not move ``pos_ns`` (see :meth:`advance`)."""
-        floor = None if (self.pos_ns is None or allow_older) else self.pos_ns - reorder_ns
+        ``seen`` and among themselves, late ones (below the window) dropped, except the
+        (stream_key, ts_ns) pairs in ``older_ok`` (entries a tail reported dropped, fetched
+        again). Does not move ``pos_ns`` (see :meth:`advance`)."""
+        floor = None if self.pos_ns is None else self.pos_ns - reorder_ns
         out: list[LogLine] = []
         for e in sorted(entries, key=lambda e: e.ts_ns):
-            if floor is not None and e.ts_ns < floor:
+            if floor is not None and e.ts_ns < floor and not (older_ok and (e.stream_key, e.ts_ns) in older_ok):
                 self.late_dropped += 1
-                continue
-            if only is not None and (e.stream_key, e.ts_ns) not in only:
                 continue
             d = e.digest()
             if d in self.seen:
@@ -610,11 +608,13 @@ class HttpLogSource:
         if st.task is None:
             st.task = asyncio.get_running_loop().create_task(self._tail_loop(st))
         backfill: list[Entry] = []
+        wanted: set[tuple[str, int]] = set()
         if st.dropped and self._mono() >= st.backoff_until:
             lo = min(ts for _, ts in st.dropped)
             hi = max(ts for _, ts in st.dropped) + 1
             try:
-                backfill = [e for e in await self._query_all(st.sel, lo, hi) if (e.stream_key, e.ts_ns) in st.dropped]
+                wanted = set(st.dropped)
+                backfill = [e for e in await self._query_all(st.sel, lo, hi) if (e.stream_key, e.ts_ns) in wanted]
                 st.dropped.clear()
             except RateLimited as e:
                 st.backoff_until = self._mono() + e.delay
@@ -626,7 +626,7 @@ class HttpLogSource:
             # a tail delivers streams independently: an entry of one stream may arrive after a
             # newer entry of another. The follow window (_keep_ns) tolerates that and keeps the
             # digests a reconnect (which starts _keep_ns before the newest entry) replays.
-            out += st.cursor.accept(entries + backfill, self._keep_ns, allow_older=bool(backfill))
+            out += st.cursor.accept(entries + backfill, self._keep_ns, older_ok=wanted)
             if entries:
                 st.cursor.advance(max(e.ts_ns for e in entries), self._keep_ns)
         return out

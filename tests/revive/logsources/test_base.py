@@ -93,8 +93,13 @@ def test_cursor_dedup_and_window():
     c.advance(10, 0)
     assert c.accept([Entry(10, "a", {"h": "1"}), Entry(9, "late", {})], 0) == []
     assert c.late_dropped == 1
+    # an entry a tail reported dropped, fetched again later, is let through below the window
+    back = Entry(3, "dropped by the tail", {"h": "1"})
+    assert [ln.text for ln in c.accept([back, Entry(4, "other", {})], 0, older_ok={(back.stream_key, 3)})] == \
+        ["dropped by the tail"]
+    assert c.late_dropped == 2
     c2 = StreamCursor.from_json(json.loads(json.dumps(c.to_json())))
-    assert c2.seq == 3 and c2.pos_ns == 10 and c2.seen == c.seen
+    assert c2.seq == 4 and c2.pos_ns == 10 and c2.seen == c.seen
 
 
 def test_from_config_builds_each_backend(tmp_path):
