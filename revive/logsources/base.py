@@ -670,6 +670,8 @@ class HttpLogSource:
             except Exception as e:  # any failure means: reconnect later
                 was_connected = st.connected
                 st.last_error = f"{type(e).__name__}: {e}"
+                if isinstance(e, RateLimited):
+                    delay = max(delay, e.delay)
             st.connected = False
             st.reconnects += 1
             if was_connected:
