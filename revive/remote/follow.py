@@ -63,6 +63,9 @@ class RemoteTailState:
     """The last ≤ ANCHOR bytes before ``line_offset``."""
     mtime: int | None = None
     size: int = 0
+    checked_at: float = 0.0
+    """``time.monotonic()`` of the last poll that reached the file (or found it missing): a
+    silence detector must not count the time the link was down as the job being silent."""
     resets: int = 0
     """How many times the file was found truncated or replaced."""
 
@@ -270,6 +273,36 @@ class RemoteFollower:
                 lines[p] = r
         return FollowBatch(lines, error)
 
+    async def read_tail(self, path: str, max_bytes: int = 1024 * 1024) -> tuple[bytes, int]:
+        """The last ``max_bytes`` of ``path`` and its size (the remote ``read_tail`` of
+        ``activities/evidence.py``). Raises ``FileNotFoundError``/``PermissionError``/``OSError``
+        for the file, :class:`RemoteUnavailable` for the link."""
+        import asyncssh
+
+        for attempt in (0, 1):
+            link = await self._get_link()
+            try:
+                sftp, t = link.sftp, self.op_timeout_s
+                async with await asyncio.wait_for(sftp.open(path, "rb"), t) as f:
+                    size = (await asyncio.wait_for(f.stat(), t)).size or 0
+                    start = max(0, size - max_bytes)
+                    data = await asyncio.wait_for(f.read(size - start, start), t) if size > start else b""
+                return data, size
+            except asyncssh.SFTPNoSuchFile as e:
+                raise FileNotFoundError(2, e.reason, path) from None
+            except asyncssh.SFTPPermissionDenied as e:
+                raise PermissionError(13, e.reason, path) from None
+            except Exception as e:
+                if _is_file_error(e):
+                    raise OSError(5, getattr(e, "reason", str(e)), path) from None
+                if not _is_link_error(e):
+                    raise
+                self._drop(link.gen, f"{type(e).__name__}: {e}")
+                if attempt == 1:
+                    raise RemoteUnavailable(f"ssh {self.name}: connection lost while reading {path!r}: "
+                                            f"{self.last_error}", self.name) from None
+        raise AssertionError("unreachable")
+
     async def _read(self, sftp: Any, st: RemoteTailState) -> list[Line]:
         t = self.op_timeout_s
         for _ in range(3):  # a replaced file is re-read from 0 at once (bounded)
@@ -277,6 +310,7 @@ class RemoteFollower:
                 attrs = await asyncio.wait_for(sftp.stat(st.path), t)
             except Exception as e:
                 if _is_file_error(e):
+                    st.checked_at = time.monotonic()
                     return []  # missing / no permission: like the local follower
                 raise
             size = attrs.size or 0
@@ -285,6 +319,7 @@ class RemoteFollower:
                 st.reset()
                 continue
             if size == st.offset and (mtime == st.mtime or st.offset == 0):
+                st.checked_at = time.monotonic()
                 return []
             start = st.offset - len(st.anchor)
             want = len(st.anchor) + min(self.max_read, size - st.offset)
@@ -296,6 +331,7 @@ class RemoteFollower:
                     return []
                 raise
             # ---- no await below this line: the state advances together with the return ----
+            st.checked_at = time.monotonic()
             if data[: len(st.anchor)] != st.anchor:  # shorter, or other bytes: not the same file
                 st.reset()
                 continue

@@ -198,3 +198,17 @@ async def test_offsets_survive_a_restart_of_the_follower(login_node, logdir, tmp
     async with RemoteFollower(login_node.connector(), offsets_file=off, cluster="c1") as f:
         got = await f.read_new(str(p))
         assert got[0] == (1, "fresh 0") and len(got) == 10
+
+
+async def test_read_tail_and_checked_at(login_node, logdir):
+    p = logdir / "evidence.log"
+    append(p, "".join(f"l{i}\n" for i in range(1000)))
+    async with RemoteFollower(login_node.connector()) as f:
+        data, size = await f.read_tail(str(p), 30)
+        assert size == p.stat().st_size and data == p.read_bytes()[-30:]
+        assert (await f.read_tail(str(p)))[0] == p.read_bytes()
+        with pytest.raises(FileNotFoundError):
+            await f.read_tail(str(logdir / "nope"))
+        t0 = time.monotonic()
+        await f.read_new(str(p))
+        assert f.states[str(p)].checked_at >= t0

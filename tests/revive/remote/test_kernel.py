@@ -168,3 +168,20 @@ def test_build_command():
         ["x", "--since", "2026-01-01 00:00:00"]
     with pytest.raises(ValueError):
         build_command(["x", "a\x00b"], "n1")
+
+
+async def test_many_channels_on_one_connection(login_node, standin):
+    import asyncio
+
+    # MaxSessions ≥ 20: 30 concurrent commands multiplexed on ONE login connection
+    conn = await connect(login_node.endpoint)
+    try:
+        res = await asyncio.gather(*(conn.run(f"sleep 0.3; echo {i}", check=False) for i in range(30)))
+        assert [r.stdout for r in res] == [f"{i}\n" for i in range(30)]
+    finally:
+        conn.close()
+    # all four nodes at once through the jump host
+    standin("kdump", 'echo "kernel line of $1"\n')
+    async with reader(login_node, command=["kdump", "{node}"]) as r:
+        ks = await asyncio.gather(*(r.read(f"node{i}") for i in range(1, 5)))
+    assert [k.lines for k in ks] == [[f"kernel line of node{i}"] for i in range(1, 5)]
