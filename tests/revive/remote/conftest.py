@@ -109,7 +109,7 @@ def _user() -> str:
 def login_node(tmp_path_factory) -> LoginNode:
     d = tmp_path_factory.mktemp("login-node") / "cluster"
     port = _free_port()
-    env = {**os.environ, "REVIVE_CLUSTER_DIR": str(d), "REVIVE_SSHD_PORT": str(port)}
+    env = {**os.environ, "REVIVE_CLUSTER_DIR": str(d), "REVIVE_SSHD_PORT": str(port), "REVIVE_SLURM_NODES": "4"}
     t0 = time.monotonic()
     try:
         proc = subprocess.run([str(SSHD_UP)], env=env, stdin=subprocess.DEVNULL, capture_output=True,

@@ -74,15 +74,22 @@ async def test_many_files_one_connection(login_node, logdir):
     paths = [logdir / f"rank{i}.out" for i in range(40)]
     for i, p in enumerate(paths):
         append(p, f"rank {i} line 1\nrank {i} line 2\n")
-    before = len(login_node.session_pids())
+    def logins() -> int:
+        return (login_node.ssh_dir / "sshd.log").read_text().count("Accepted publickey")
+
+    before = logins()
     async with RemoteFollower(login_node.connector()) as f:
         batch = await f.read_many([str(p) for p in paths])
         assert batch.error is None
         assert all(batch.lines[str(p)] == [(1, f"rank {i} line 1"), (2, f"rank {i} line 2")]
                    for i, p in enumerate(paths))
-        # one SSH connection (one sshd session process) for all 40 files
+        for p in paths:
+            append(p, "more\n")
+        batch = await f.read_many([str(p) for p in paths])
+        assert all(batch.lines[str(p)] == [(3, "more")] for p in paths)
+        # one SSH login for all 40 files and both polls
         assert f.connects == 1
-        assert len(login_node.session_pids()) == before + 1
+        assert logins() == before + 1
 
 
 async def test_connection_killed_mid_follow_no_loss_no_duplicates(login_node, logdir):

@@ -128,6 +128,13 @@ async def test_unknown_host_key_is_refused(login_node, tmp_path):
     with pytest.raises(HostKeyRejected, match="does not exist"):
         await connect(replace(login_node.endpoint, known_hosts=str(tmp_path / "missing")))
     assert issubclass(HostKeyRejected, RemoteUnavailable)
+    # the follower: the same refusal, as an error to back off on (not a crash, not "no lines")
+    from revive.remote.follow import RemoteFollower
+
+    async with RemoteFollower(login_node.connector(known_hosts=str(other)), backoff_initial_s=0.01) as f:
+        with pytest.raises(HostKeyRejected):
+            await f.read_new("/etc/hostname")
+        assert f.connects == 0
     # a node behind the login node whose key is not pinned: refused too (the login one is fine)
     login = await connect(login_node.endpoint)
     try:
@@ -185,3 +192,15 @@ async def test_many_channels_on_one_connection(login_node, standin):
     async with reader(login_node, command=["kdump", "{node}"]) as r:
         ks = await asyncio.gather(*(r.read(f"node{i}") for i in range(1, 5)))
     assert [k.lines for k in ks] == [[f"kernel line of node{i}"] for i in range(1, 5)]
+
+
+async def test_reader_reconnects_after_the_login_connection_drops(login_node):
+    (login_node.dir / "nodes" / "node3").mkdir(parents=True, exist_ok=True)
+    (login_node.dir / "nodes" / "node3" / "kern.log").write_text("first\n")
+    async with reader(login_node, path_template=str(login_node.dir / "nodes" / "{node}" / "kern.log")) as r:
+        assert (await r.read("node3")).lines == ["first"]
+        assert login_node.kill_sessions()
+        with open(login_node.dir / "nodes" / "node3" / "kern.log", "a") as f:
+            f.write(XID + "\n")
+        k = await r.read("node3")
+        assert (k.available, k.lines) == (True, ["first", XID]), k.why
