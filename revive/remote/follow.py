@@ -187,14 +187,12 @@ class RemoteFollower:
             try:
                 conn = await asyncio.wait_for(self._factory(), self.op_timeout_s)
                 sftp = await asyncio.wait_for(conn.start_sftp_client(), self.op_timeout_s)
-            except BaseException as e:
+            except Exception as e:
                 if conn is not None:
                     conn.close()
-                if isinstance(e, asyncio.CancelledError) or not isinstance(e, (RemoteUnavailable, Exception)):
-                    raise
                 self._failures += 1
-                delay = min(self.backoff_max_s, self.backoff_initial_s * 2 ** (self._failures - 1))
-                delay *= random.uniform(0.9, 1.1)
+                delay = self.backoff_initial_s * 2 ** min(self._failures - 1, 30) * random.uniform(0.9, 1.1)
+                delay = min(self.backoff_max_s, delay)
                 self._retry_at = time.monotonic() + delay
                 msg = str(e) if isinstance(e, RemoteUnavailable) else f"ssh {self.name}: {type(e).__name__}: {e}"
                 self.last_error = msg
@@ -202,6 +200,10 @@ class RemoteFollower:
                     e.retry_after_s = delay
                     raise
                 raise RemoteUnavailable(msg, self.name, delay) from None
+            except BaseException:  # cancelled: leave no half-open connection behind
+                if conn is not None:
+                    conn.close()
+                raise
             self._failures, self._retry_at, self.last_error = 0, 0.0, None
             self._gen += 1
             self.connects += 1

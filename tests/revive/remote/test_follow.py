@@ -183,7 +183,12 @@ async def test_dead_host_is_a_clear_bounded_error(login_node, tmp_path):
         assert f"127.0.0.1:{port}" in str(e.value)
         delays.append(e.value.retry_after_s)
         await asyncio.sleep(e.value.retry_after_s)
-    assert delays[1] > delays[0] and max(delays) <= 0.3 * 1.1  # exponential, capped
+    assert delays[1] > delays[0] and max(delays) <= 0.3  # exponential, capped
+    f._failures = 5000  # hours of outage: still a bounded delay, no overflow
+    await asyncio.sleep(0.31)
+    with pytest.raises(RemoteUnavailable) as e:
+        await f.read_new("/x")
+    assert e.value.retry_after_s <= 0.3
     assert f.connects == 0
     await f.close()
 
