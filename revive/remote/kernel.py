@@ -207,7 +207,13 @@ class KernelLogReader:
                 return KernelLog(node, [], False, f"kernel log unavailable: {e}")
             except RemoteUnavailable as e:
                 return KernelLog(node, [], False, f"kernel log unavailable: {e}")
-            except (OSError, EOFError, asyncio.TimeoutError, asyncssh.Error) as e:
+            except asyncio.TimeoutError:
+                old = self._node_conns.pop(node, None)
+                if old is not None:
+                    old.close()  # a hung command or link: not retried (it would hang again)
+                return KernelLog(node, [], False, f"kernel log unavailable: ssh {node}: no answer in "
+                                                  f"{self.timeout_s:g}s")
+            except (OSError, EOFError, asyncssh.Error) as e:
                 old = self._node_conns.pop(node, None)
                 if old is not None:
                     old.close()

@@ -204,3 +204,10 @@ async def test_reader_reconnects_after_the_login_connection_drops(login_node):
             f.write(XID + "\n")
         k = await r.read("node3")
         assert (k.available, k.lines) == (True, ["first", XID]), k.why
+
+
+async def test_hung_command_times_out_as_unavailable(login_node, standin):
+    standin("khang", "sleep 30\n")
+    async with reader(login_node, command=["khang"], timeout_s=1.5) as r:
+        k = await r.read("node1")
+    assert not k.available and "no answer in 1.5s" in k.why
