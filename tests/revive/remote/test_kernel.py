@@ -207,7 +207,7 @@ async def test_reader_reconnects_after_the_login_connection_drops(login_node):
 
 
 async def test_hung_command_times_out_as_unavailable(login_node, standin):
-    standin("khang", "sleep 30\n")
+    standin("khang", "sleep 5\n")
     async with reader(login_node, command=["khang"], timeout_s=1.5) as r:
         k = await r.read("node1")
     assert not k.available and "no answer in 1.5s" in k.why
