@@ -191,3 +191,33 @@ def test_receiver_rejects_wrong_requests(otlp_receiver):
     assert httpx.post(otlp_receiver.traces_url, content=b"\xff\xff\xff",
                       headers={"Content-Type": "application/x-protobuf"}).status_code == 400
     assert otlp_receiver.spans() == []
+
+
+@pytest.mark.parametrize("where", ["refused", "rejected"])
+def test_failed_export_logs_no_header(otlp_receiver, clean_otel_env, caplog, where):
+    """An export that fails (collector down, or answering 404) is logged by the SDK without the headers."""
+    import socket
+
+    if where == "refused":
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            url = f"http://127.0.0.1:{s.getsockname()[1]}/v1/traces"  # closed again: connection refused
+    else:
+        url = otlp_receiver.endpoint + "/not-traces"
+    clean_otel_env.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", url)
+    clean_otel_env.setenv("OTEL_EXPORTER_OTLP_TRACES_HEADERS", f"authorization=Bearer {SECRET}")
+    clean_otel_env.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "1")
+    caplog.set_level(logging.DEBUG)
+    provider = otlp_tracer_provider()
+    assert provider is not None
+    try:
+        make_incident_spans(provider)
+        provider.force_flush(5_000)
+    finally:
+        provider.shutdown()
+    if where == "rejected":
+        assert [r.status for r in otlp_receiver.requests][:1] == [404]
+        assert otlp_receiver.requests[0].headers["authorization"] == f"Bearer {SECRET}"
+    assert any(r.levelno >= logging.WARNING and r.name.startswith("opentelemetry") for r in caplog.records), \
+        caplog.text
+    assert SECRET not in caplog.text
