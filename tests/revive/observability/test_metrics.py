@@ -51,7 +51,9 @@ def test_registries_are_isolated_and_all_names_are_revive():
 
 def test_build_info(m):
     assert v(m, "revive_build_info", version="9.9.9-test") == 1
-    assert ReviveMetrics().registry.get_sample_value("revive_build_info", {"version": "0.1.0"}) == 1  # installed
+    from importlib.metadata import version
+
+    assert ReviveMetrics().registry.get_sample_value("revive_build_info", {"version": version("revive")}) == 1
 
 
 def test_incident_closed_counts_and_timings(m):
