@@ -368,3 +368,21 @@ async def test_interceptor_default_follows_module_metrics(monkeypatch):
 
     assert await env.run(run) == "x"
     assert v(mine, "revive_activity_seconds_count", activity="gather_evidence", outcome="completed") == 1
+
+
+def test_lag_from_the_monitors_follower(tmp_path, m):
+    """The hook expression proposed for worker/monitor.py, on the real Follower."""
+    from worker.tail import Follower
+
+    log = tmp_path / "job.out"
+    log.write_text("step 1\nstep 2\n")
+    f = Follower()
+    assert len(f.read_new(str(log))) == 2
+    with log.open("a") as fh:
+        fh.write("step 3\npartial")
+    lag = lag_bytes({p: s.offset for p, s in f.states.items()})
+    assert lag == {str(log): len("step 3\npartial")}
+    m.monitor_pass(0.01, lag, jobs_watched=1)
+    assert v(m, "revive_monitor_lag_bytes", log=str(log)) == 14
+    f.read_new(str(log))
+    assert lag_bytes({p: s.offset for p, s in f.states.items()}) == {str(log): 0}  # the partial line is read
