@@ -39,7 +39,7 @@ MAX_LINE = 8192
 
 
 # ----------------------------------------------------------------------------- events
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class Event:
     """What one log line said. ``ts`` comes from the line's own timestamp (None when absent);
     ``rank``/``host`` from its prefix; ``profile`` is the id of the profile that matched."""
@@ -51,7 +51,7 @@ class Event:
     host: str | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class Iteration(Event):
     """A progress line. ``iter``: the framework's step counter (Lightning: batch within ``epoch``);
     ``total``: planned steps when printed; ``step_time_s``: seconds per step as printed (``*_ms``
@@ -68,7 +68,7 @@ class Iteration(Event):
     batches: int | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class _Checkpoint(Event):
     iter: int | None = None
     """Step of the checkpoint; None when the line does not say (see ``inferred``)."""
@@ -77,27 +77,27 @@ class _Checkpoint(Event):
     """True when ``iter`` was filled in by ``summarize`` (last iteration / matching save or load)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class CheckpointSaving(_Checkpoint):
     kind: ClassVar[str] = "checkpoint_saving"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class CheckpointSaved(_Checkpoint):
     kind: ClassVar[str] = "checkpoint_saved"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class CheckpointLoading(_Checkpoint):
     kind: ClassVar[str] = "checkpoint_loading"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class CheckpointLoaded(_Checkpoint):
     kind: ClassVar[str] = "checkpoint_loaded"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class RunStart(Event):
     """A line printed once per launch: an attempt boundary. ``restart``: Slurm restart count when
     the line carries it (Revive's demo ``=== attempt restart=N``)."""
@@ -106,7 +106,7 @@ class RunStart(Event):
     restart: int | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class Requeued(Event):
     """The framework requeued its own Slurm job (Lightning auto-requeue)."""
 
@@ -114,7 +114,7 @@ class Requeued(Event):
     job_id: str | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class Metrics(Event):
     """Loss without a step number (HF Trainer log dicts); ``epoch`` may be fractional."""
 
@@ -220,21 +220,44 @@ def split_line_prefix(segment: str) -> tuple[str, int | None, str | None, dateti
 
 # ----------------------------------------------------------------------------- extractor
 def _num(s: str | None) -> float | None:
-    if s is None or s == "":
+    if not s:
         return None
     try:
-        return float(s.replace(",", ""))
+        return float(s)
     except ValueError:
-        return None
+        try:
+            return float(s.replace(",", ""))
+        except ValueError:
+            return None
 
 
 def _int(s: str | None) -> int | None:
-    if s is None or s == "" or s == "?":
+    if not s:
         return None
     try:
-        return int(s.replace(",", ""))
+        return int(s)
     except ValueError:
-        return None
+        try:
+            return int(s.replace(",", ""))
+        except ValueError:
+            return None
+
+
+MAX_PATTERNS = 512
+SET_MAX_MEM = 64 << 20
+"""Memory for the RE2 set that finds which patterns match a line (its DFA must not run out)."""
+
+
+def _capture_engine(regex: str, trusted: bool, opts: Any) -> Any:
+    """The compiled regex that extracts a matched line's groups: the stdlib engine for trusted
+    profiles (RE2-valid patterns it also accepts; several times faster per call from Python),
+    RE2 otherwise. Which patterns match at all is always decided by the RE2 set."""
+    if trusted:
+        try:
+            return re.compile(regex)
+        except re.error:
+            pass
+    return re2.compile(regex, opts)
 
 
 @dataclass
@@ -242,11 +265,32 @@ class _Pat:
     profile: Profile
     kind: str
     compiled: Any
-    literals: tuple[str, ...]
+    gate: frozenset[int]
+    """Ids of the literals of which a line must hold one for this pattern to run."""
+
+
+def _utf8(text: str) -> bytes:
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates (surrogateescape-decoded bytes)
+        return text.encode("utf-8", "replace")
+
+
+def _new_set(max_mem: int | None = None) -> Any:
+    opts = re2.Options()
+    opts.log_errors = False
+    if max_mem:
+        opts.max_mem = max_mem
+    return re2.Set.SearchSet(opts)
 
 
 class ProgressExtractor:
-    """Classifies log lines into progress events using a ``ProfileSet`` (default: built-in)."""
+    """Classifies log lines into progress events using a ``ProfileSet`` (default: built-in).
+
+    Cost per line: one RE2 set match over all literals (the combined prefilter). Lines that pass
+    are split/stripped, matched once against the RE2 set of all patterns, and only the winning
+    pattern is run again to read its groups.
+    """
 
     def __init__(self, profiles: ProfileSet | Iterable[Profile] | None = None, max_line: int = MAX_LINE) -> None:
         if profiles is None:
@@ -257,28 +301,32 @@ class ProgressExtractor:
         self.max_line = max_line
         opts = re2.Options()
         opts.log_errors = False
-        self._set = re2.Set.SearchSet(opts)
+        pat_set = _new_set(SET_MAX_MEM)
+        lit_set = _new_set(SET_MAX_MEM)
         self._pats: list[_Pat] = []
-        literals: dict[str, None] = {}
+        lit_ids: dict[str, int] = {}
         for prof in self.profiles:
             plits = tuple(prof.all_literals())
             for lit in plits:
-                literals.setdefault(lit, None)
+                if lit not in lit_ids:
+                    lit_ids[lit] = lit_set.Add(re2.escape(lit))
             for kind in KINDS:
                 for spec in prof.patterns.get(kind, []):  # type: ignore[call-overload]
-                    idx = self._set.Add(spec.regex)
+                    if len(self._pats) >= MAX_PATTERNS:
+                        raise ValueError(f"more than {MAX_PATTERNS} patterns in one extractor")
+                    idx = pat_set.Add(spec.regex)
                     assert idx == len(self._pats)
-                    lits = tuple(spec.literals) or plits
-                    self._pats.append(_Pat(prof, kind, re2.compile(spec.regex, opts), lits))
+                    gate = frozenset(lit_ids[x] for x in (tuple(spec.literals) or plits))
+                    self._pats.append(_Pat(prof, kind, _capture_engine(spec.regex, prof.trusted, opts), gate))
+        self.literals = list(lit_ids)
+        self._pat_match = self._lit_match = None
         if self._pats:
-            self._set.Compile()
-        self.literals = list(literals)
-        # literal alternation: no nested quantifiers, so the stdlib engine is linear here and
-        # faster per call than re2 on short lines
-        self._prefilter = (
-            re.compile("|".join(re.escape(x) for x in sorted(self.literals, key=len, reverse=True)))
-            if self.literals else None
-        )
+            pat_set.Compile()
+            lit_set.Compile()
+            # the wrapper's Set.Match encodes str each call; the inner set takes bytes directly
+            self._pat_match = pat_set._set.Match
+            self._lit_match = lit_set._set.Match
+        self._keep = (pat_set, lit_set)
 
     # -- one line
     def classify(self, line: str | bytes) -> Event | None:
@@ -289,10 +337,10 @@ class ProgressExtractor:
     def events(self, line: str | bytes) -> list[Event]:
         """Every event on ``line``, in order. A line holding several ``\\r``-separated tqdm updates
         yields only the last complete update's iteration (other segments' events are kept)."""
+        if self._lit_match is None:
+            return []
         if isinstance(line, (bytes, bytearray)):
             line = bytes(line).decode("utf-8", "replace")
-        if self._prefilter is None or not self._prefilter.search(line):
-            return []
         if len(line) > 2 * self.max_line:
             head, tail = line[: self.max_line], line[-self.max_line:]
             if "\r" in line:  # drop the pieces the cut went through
@@ -303,36 +351,45 @@ class ProgressExtractor:
         elif "\r" in line:
             segments = line.split("\r")
         else:
-            segments = [line]
-        out: list[Event] = []
-        for seg in segments:
+            hits = self._lit_match(_utf8(line))
+            return self._segment(line, hits) if hits else []
+        # newest segment first: an older redraw of a bar already read (same literals) is skipped
+        parts: list[list[Event]] = []
+        seen_bars: set[tuple[int, ...]] = set()
+        for seg in reversed(segments):
             if not seg or seg.isspace():
                 continue
-            if len(segments) > 1 and not self._prefilter.search(seg):
+            hits = self._lit_match(_utf8(seg))
+            if not hits:
                 continue
-            out.extend(self._segment(seg))
-        if len(segments) > 1 and sum(isinstance(e, Iteration) for e in out) > 1:
+            key = tuple(sorted(hits))
+            if key in seen_bars:
+                continue
+            evs = self._segment(seg, hits)
+            if any(isinstance(e, Iteration) for e in evs):
+                seen_bars.add(key)
+            if evs:
+                parts.append(evs)
+        out = [e for evs in reversed(parts) for e in evs]
+        if sum(isinstance(e, Iteration) for e in out) > 1:
             # tqdm redraws: keep each profile's last (complete) update only
             last = {e.profile: n for n, e in enumerate(out) if isinstance(e, Iteration)}
             out = [e for n, e in enumerate(out) if not isinstance(e, Iteration) or last[e.profile] == n]
         return out
 
-    def _segment(self, seg: str, depth: int = 0) -> list[Event]:
+    def _segment(self, seg: str, hits: list[int], depth: int = 0) -> list[Event]:
         if len(seg) > self.max_line:
             seg = seg[: self.max_line]
         body, rank, host, ts = split_line_prefix(seg)
         if not body:
             return []
-        try:
-            ids = self._set.Match(body)
-        except UnicodeEncodeError:  # lone surrogates from surrogateescape-decoded bytes
-            body = body.encode("utf-8", "replace").decode("utf-8")
-            ids = self._set.Match(body)
+        ids = self._pat_match(_utf8(body))  # type: ignore[misc]
         if not ids:
             return []
-        for idx in sorted(ids):
+        hit = set(hits)
+        for idx in sorted(ids) if len(ids) > 1 else ids:
             pat = self._pats[idx]
-            if not any(lit in body for lit in pat.literals):
+            if pat.gate.isdisjoint(hit):  # a line must hold one of its profile's literals
                 continue
             m = pat.compiled.search(body)
             if m is None:
@@ -341,42 +398,46 @@ class ProgressExtractor:
             ev = self._build(pat, m.groupdict(), when, rank, host)
             if ev is None:
                 continue
-            out = [ev]
             # a record glued after a tqdm update on the same line ("...3.33s/it][2021-.. step=2000")
             rest = body[m.end():]
-            if depth == 0 and len(rest) > 8 and self._prefilter is not None and self._prefilter.search(rest):
-                out.extend(self._segment(rest, depth + 1))
-            return out
+            if depth == 0 and len(rest) > 8:
+                more = self._lit_match(_utf8(rest))  # type: ignore[misc]
+                if more:
+                    return [ev, *self._segment(rest, more, depth + 1)]
+            return [ev]
         return []
 
     @staticmethod
     def _build(pat: _Pat, g: dict[str, Any], ts: datetime | None, rank: int | None, host: str | None) -> Event | None:
-        base = {"profile": pat.profile.id, "ts": ts, "rank": rank, "host": host}
         kind = pat.kind
+        pid = pat.profile.id
         if kind == "iteration":
-            it = _int(g.get("iter"))
+            it = _int(g["iter"])
             if it is None:
                 return None
-            step = _num(g.get("step_time_s"))
-            if step is None and g.get("step_time_ms") is not None:
-                ms = _num(g.get("step_time_ms"))
-                step = ms / 1000.0 if ms is not None else None
-            if step is None and g.get("rate_it_s") is not None:
-                rate = _num(g.get("rate_it_s"))
-                step = 1.0 / rate if rate else None
+            get = g.get
+            step = _num(get("step_time_s"))
+            if step is None:
+                ms = _num(get("step_time_ms"))
+                if ms is not None:
+                    step = ms / 1000.0
+                else:
+                    rate = _num(get("rate_it_s"))
+                    step = 1.0 / rate if rate else None
             return Iteration(
-                **base, iter=it, total=_int(g.get("total")), step_time_s=step, loss=_num(g.get("loss")),
-                throughput=_num(g.get("throughput")), epoch=_num(g.get("epoch")),
-                batch=_int(g.get("batch")), batches=_int(g.get("batches")),
+                profile=pid, ts=ts, rank=rank, host=host, iter=it, total=_int(get("total")), step_time_s=step,
+                loss=_num(get("loss")), throughput=_num(get("throughput")), epoch=_num(get("epoch")),
+                batch=_int(get("batch")), batches=_int(get("batches")),
             )
         if kind.startswith("checkpoint_"):
-            return _EVENT_CLASS[kind](**base, iter=_int(g.get("iter")), epoch=_num(g.get("epoch")))  # type: ignore[call-arg]
+            return _EVENT_CLASS[kind](  # type: ignore[call-arg]
+                profile=pid, ts=ts, rank=rank, host=host, iter=_int(g.get("iter")), epoch=_num(g.get("epoch")))
         if kind == "run_start":
-            return RunStart(**base, restart=_int(g.get("restart")))
+            return RunStart(profile=pid, ts=ts, rank=rank, host=host, restart=_int(g.get("restart")))
         if kind == "requeue":
-            return Requeued(**base, job_id=g.get("job_id"))
+            return Requeued(profile=pid, ts=ts, rank=rank, host=host, job_id=g.get("job_id"))
         if kind == "metrics":
-            return Metrics(**base, loss=_num(g.get("loss")), epoch=_num(g.get("epoch")))
+            return Metrics(profile=pid, ts=ts, rank=rank, host=host, loss=_num(g.get("loss")), epoch=_num(g.get("epoch")))
         return None
 
     # -- many lines
@@ -491,9 +552,21 @@ def _naive_utc(ts: datetime) -> datetime:
 
 
 class _AttemptState:
+    """Mutable per-attempt state while scanning (plain attributes: this is the hot loop)."""
+
     def __init__(self, index: int, start_line: int | None, ev: RunStart | None) -> None:
-        self.a = Attempt(index=index, start_line=start_line, start_ts=ev.ts if ev else None,
-                         restart=ev.restart if ev else None)
+        self.index = index
+        self.start_line = start_line
+        self.start_ts = ev.ts if ev else None
+        self.restart = ev.restart if ev else None
+        self.first_iteration: int | None = None
+        self.last_iteration: int | None = None
+        self.last_epoch: float | None = None
+        self.iterations = 0
+        self.first_progress_ts: datetime | None = None
+        self.last_progress_ts: datetime | None = None
+        self.loaded: CheckpointRecord | None = None
+        self.saved: list[CheckpointRecord] = []
         self.active = False
         self.progressed = False
         self.loads_since_progress = False
@@ -504,11 +577,19 @@ class _AttemptState:
         self.pending_load: CheckpointRecord | None = None
         self.loaded_since_progress: CheckpointRecord | None = None
 
+    def to_model(self, index: int) -> Attempt:
+        return Attempt(
+            index=index, start_line=self.start_line, start_ts=self.start_ts, restart=self.restart,
+            first_iteration=self.first_iteration, last_iteration=self.last_iteration, last_epoch=self.last_epoch,
+            iterations=self.iterations, first_progress_ts=self.first_progress_ts,
+            last_progress_ts=self.last_progress_ts, loaded=self.loaded, saved=self.saved,
+        )
+
     def pending_load_moved(self) -> CheckpointRecord | None:
         """Hand this attempt's most recent restore (made since its last progress) to the next one."""
         rec = self.loaded_since_progress
-        if rec is not None and self.a.loaded is rec:
-            self.a.loaded = None
+        if rec is not None and self.loaded is rec:
+            self.loaded = None
         self.loaded_since_progress = None
         return rec
 
@@ -543,9 +624,9 @@ def summarize(
     n_lines = 0
 
     def confirm_save(st: _AttemptState, rec: CheckpointRecord) -> None:
-        if st.a.saved and st.a.saved[-1].iter == rec.iter and rec.iter is not None:
+        if st.saved and st.saved[-1].iter == rec.iter and rec.iter is not None:
             return
-        st.a.saved.append(rec)
+        st.saved.append(rec)
         if rec.iter is not None and rec.iter not in saved_all:
             saved_all.append(rec.iter)
 
@@ -558,18 +639,18 @@ def summarize(
             prof = by_id.get(ev.profile)
             if isinstance(ev, RunStart):
                 after_load = bool(prof and prof.run_start_after_load)
-                if st.progressed or (st.loads_since_progress and st.a.start_line is not None and not after_load):
+                if st.progressed or (st.loads_since_progress and st.start_line is not None and not after_load):
                     new = _AttemptState(len(attempts), i, ev)
                     if after_load and st.loads_since_progress:
                         # this launch's restore lines came just before its banner: move them
-                        new.a.loaded, new.pending_load = st.pending_load_moved(), st.pending_load
+                        new.loaded, new.pending_load = st.pending_load_moved(), st.pending_load
                         st.pending_load = None
                         new.active = new.loads_since_progress = True
                     attempts.append(new)
-                elif st.a.start_line is None:
-                    st.a.start_line, st.a.start_ts, st.a.restart = i, ev.ts, ev.restart
-                elif st.a.restart is None and ev.restart is not None:
-                    st.a.restart = ev.restart
+                elif st.start_line is None:
+                    st.start_line, st.start_ts, st.restart = i, ev.ts, ev.restart
+                elif st.restart is None and ev.restart is not None:
+                    st.restart = ev.restart
                 continue
             if isinstance(ev, Requeued):
                 if ev.job_id:
@@ -583,7 +664,7 @@ def summarize(
             if isinstance(ev, Iteration):
                 st.progressed, st.loads_since_progress = True, False
                 iterations_seen += 1
-                a = st.a
+                a = st
                 key = (ev.epoch or 0.0, ev.iter)
                 if a.first_iteration is None:
                     a.first_iteration = ev.iter
@@ -631,14 +712,14 @@ def summarize(
                 if it is None and prof is not None and prof.infer_checkpoint_iter and isinstance(
                     ev, (CheckpointSaving, CheckpointSaved)
                 ):
-                    it, inferred = st.a.last_iteration, st.a.last_iteration is not None
+                    it, inferred = st.last_iteration, st.last_iteration is not None
             rec = CheckpointRecord(iter=it, line=i, ts=ev.ts, profile=ev.profile, inferred=inferred)
             if isinstance(ev, (CheckpointSaving, CheckpointSaved)):
                 st.progressed, st.loads_since_progress = True, False
-                if st.pending_load is not None and st.a.loaded is None:  # saving again: it resumed
-                    st.a.loaded = st.pending_load.model_copy(update={"confirmed_by": "progress"})
-                    if st.a.loaded.iter is not None:
-                        loaded_all.append(st.a.loaded.iter)
+                if st.pending_load is not None and st.loaded is None:  # saving again: it resumed
+                    st.loaded = st.pending_load.model_copy(update={"confirmed_by": "progress"})
+                    if st.loaded.iter is not None:
+                        loaded_all.append(st.loaded.iter)
                     st.pending_load = None
                 st.loaded_since_progress = None
             else:
@@ -656,15 +737,13 @@ def summarize(
                 st.pending_load = rec
             elif isinstance(ev, CheckpointLoaded):
                 st.pending_load = None
-                if st.a.loaded is None or st.a.loaded.iter != it:
-                    st.a.loaded = rec
+                if st.loaded is None or st.loaded.iter != it:
+                    st.loaded = rec
                     st.loaded_since_progress = rec
                     if it is not None and (not loaded_all or loaded_all[-1] != it):
                         loaded_all.append(it)
 
-    final = [s.a for s in attempts if s.active or s.a.start_line is not None]
-    for n, a in enumerate(final):
-        a.index = n
+    final = [s.to_model(n) for n, s in enumerate(x for x in attempts if x.active or x.start_line is not None)]
     ordered = sorted(per_profile, key=lambda p: (-per_profile[p], [x.id for x in ex.profiles].index(p)))
     matched = bool(per_profile)
     cadence_s, source = None, None

@@ -21,7 +21,16 @@ from typing import Any, Literal
 
 import re2
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from revive.errors import ConfigError
 
@@ -185,6 +194,14 @@ class Profile(BaseModel):
     save_signal: SaveSignal | None = None
     checkpoint_layout: CheckpointLayout | None = None
     notes: str = ""
+    _trusted: bool = PrivateAttr(default=False)
+
+    @property
+    def trusted(self) -> bool:
+        """Parsed with ``trusted=True`` (shipped or operator-written). The extractor may then run
+        this profile's regexes on the stdlib engine (faster per call); untrusted profiles only ever
+        run on RE2, so a hostile pattern cannot backtrack for long."""
+        return self._trusted
 
     @field_validator("source", mode="before")
     @classmethod
@@ -408,7 +425,9 @@ def parse_profiles(data: Any, source: str, trusted: bool) -> ProfileSet:
         if not isinstance(item, dict):
             raise ConfigError(f"{source}: {name}: expected a mapping, got {type(item).__name__}")
         try:
-            profiles.append(Profile.model_validate(item, context=ctx))
+            p = Profile.model_validate(item, context=ctx)
+            p._trusted = trusted
+            profiles.append(p)
         except ValidationError as e:
             raise ConfigError(f"{source}: {name}: {_error_text(e)}") from None
     try:
