@@ -11,6 +11,7 @@ Public API::
     ProgressExtractor(profiles=None).events(line) / .classify(line)
     summarize(lines, profiles=None) -> ProgressSummary
     detect_profile(lines, profiles=None, max_lines=None) -> list[str]
+    report(lines, fmt="text"|"json", profiles=None) -> str          (what a CLI prints)
 """
 
 from __future__ import annotations
@@ -59,10 +60,22 @@ from revive.profiles.extract import (  # noqa: E402  (extract imports load_built
     summarize,
 )
 
+def report(lines, fmt: str = "text", profiles=None) -> str:  # type: ignore[no-untyped-def]
+    """Summarize ``lines`` (an iterable of str/bytes log lines) and render it: ``fmt="text"`` a short
+    human-readable report, ``fmt="json"`` the ``ProgressSummary`` as JSON. Pure: the caller reads
+    the file. ``profiles``: a ``ProfileSet`` / ``ProgressExtractor`` (default: built-in)."""
+    summary = summarize(lines, profiles)
+    if fmt == "json":
+        return summary.model_dump_json(indent=2) + "\n"
+    if fmt != "text":
+        raise ValueError(f"fmt must be 'text' or 'json', not {fmt!r}")
+    return summary.to_text()
+
+
 __all__ = [
     "ALLOWED_GROUPS", "KINDS", "PROFILES_FILE", "TRUSTED_LIMITS", "UNTRUSTED_LIMITS",
     "Attempt", "CheckpointLayout", "CheckpointLoaded", "CheckpointLoading", "CheckpointRecord", "CheckpointSaved",
     "CheckpointSaving", "Event", "Iteration", "Limits", "Metrics", "PatternSpec", "Profile", "ProfileSet",
     "ProgressExtractor", "ProgressSummary", "Requeued", "RunStart", "SaveSignal",
-    "detect_profile", "load_builtin_profiles", "parse_profiles", "summarize",
+    "detect_profile", "load_builtin_profiles", "parse_profiles", "report", "summarize",
 ]

@@ -254,7 +254,7 @@ def _capture_engine(regex: str, trusted: bool, opts: Any) -> Any:
     RE2 otherwise. Which patterns match at all is always decided by the RE2 set."""
     if trusted:
         try:
-            return re.compile(regex)
+            return re.compile(regex, re.ASCII)  # RE2's \d \w \s \b are ASCII too
         except re.error:
             pass
     return re2.compile(regex, opts)

@@ -320,11 +320,16 @@ class ProfileSet(BaseModel):
         want = set(ids)
         return ProfileSet(schema_version=self.schema_version, profiles=[p for p in self.profiles if p.id in want])
 
-    def merged(self, extra: ProfileSet, *, first: bool = True) -> ProfileSet:
-        """``extra``'s profiles added to this set (before it when ``first``); an ``extra`` id that
-        is already here replaces it. Caller decides whether ``extra`` may do that (see
-        ``parse_profiles(trusted=False)``: untrusted sets are checked on their own)."""
+    def merged(self, extra: ProfileSet, *, first: bool = True, allow_replace: bool = False) -> ProfileSet:
+        """This set plus ``extra``'s profiles (tried before this set's when ``first``).
+
+        An ``extra`` id that is already here is refused with ``ConfigError`` unless
+        ``allow_replace`` (then ``extra``'s profile replaces it). Profiles keep their trust flag.
+        """
         extra_ids = set(extra.ids())
+        clash = sorted(extra_ids & set(self.ids()))
+        if clash and not allow_replace:
+            raise ConfigError(f"profile id(s) {clash} already defined; rename them or allow replacing")
         kept = [p for p in self.profiles if p.id not in extra_ids]
         profiles = list(extra.profiles) + kept if first else kept + list(extra.profiles)
         return ProfileSet.model_validate({"schema_version": self.schema_version, "profiles": profiles},

@@ -174,3 +174,28 @@ def test_fuzz_lines_never_crash(ex):
         line = "".join(rnd.choice(pieces) + str(rnd.randrange(1000)) for _ in range(rnd.randrange(1, 12)))
         ex.events(line)
     ex.events(os.urandom(4096))
+
+
+def test_trust_flags_and_merge_rules():
+    builtin = load_builtin_profiles()
+    mine = parse_profiles({"profiles": [{"id": "megatron", "framework": "fork", "version": "1", "source": "x",
+                                         "literals": ["it "], "patterns": {"iteration": r"it (?P<iter>\d+)"}}]},
+                          "job 9 --comment", trusted=False)
+    assert all(p.trusted for p in builtin.profiles) and not mine.profiles[0].trusted
+    from revive.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"\['megatron'\] already defined"):
+        builtin.merged(mine)
+    both = builtin.merged(mine, allow_replace=True)
+    assert both.get("megatron").framework == "fork" and not both.get("megatron").trusted
+    assert both.get("tqdm").trusted
+
+
+def test_report_text_and_json():
+    from revive.profiles import report
+
+    lines = ["=== attempt restart=0", "2026-01-01T00:00:02+00:00 [rank 0 host a] iteration 1/2 | loss 1 | "
+             "compute_ms 1 | step_time_ms 1"]
+    assert "revive_demo" in report(lines) and '"run_starts": 1' in report(lines, "json")
+    with pytest.raises(ValueError):
+        report(lines, "xml")
