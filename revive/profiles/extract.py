@@ -22,6 +22,7 @@ Units: seconds everywhere (``step_time_s``, ``cadence_s``); ``*_ms`` groups are 
 
 from __future__ import annotations
 
+import functools
 import re
 import statistics
 from collections.abc import Iterable, Iterator
@@ -482,6 +483,9 @@ class Attempt(BaseModel):
     loaded: CheckpointRecord | None = None
     """The checkpoint this attempt resumed from."""
     saved: list[CheckpointRecord] = Field(default_factory=list)
+    progressed_past_load: bool | None = None
+    """True when an iteration beyond the loaded checkpoint's step was seen in this attempt (the
+    resume is verified); False when not (yet); None when nothing was loaded or its step is unknown."""
 
 
 class ProgressSummary(BaseModel):
@@ -583,6 +587,8 @@ class _AttemptState:
             first_iteration=self.first_iteration, last_iteration=self.last_iteration, last_epoch=self.last_epoch,
             iterations=self.iterations, first_progress_ts=self.first_progress_ts,
             last_progress_ts=self.last_progress_ts, loaded=self.loaded, saved=self.saved,
+            progressed_past_load=(None if self.loaded is None or self.loaded.iter is None
+                                  else self.last_iteration is not None and self.last_iteration > self.loaded.iter),
         )
 
     def pending_load_moved(self) -> CheckpointRecord | None:
@@ -594,7 +600,15 @@ class _AttemptState:
         return rec
 
 
+@functools.lru_cache(maxsize=1)
+def default_extractor() -> ProgressExtractor:
+    """A shared extractor over the built-in profiles (built once: compiling the sets takes ~20 ms)."""
+    return ProgressExtractor()
+
+
 def _extractor(profiles: ProgressExtractor | ProfileSet | Iterable[Profile] | None) -> ProgressExtractor:
+    if profiles is None:
+        return default_extractor()
     return profiles if isinstance(profiles, ProgressExtractor) else ProgressExtractor(profiles)
 
 
@@ -808,5 +822,5 @@ def detect_profile(
 __all__ = [
     "Attempt", "CheckpointLoaded", "CheckpointLoading", "CheckpointRecord", "CheckpointSaved", "CheckpointSaving",
     "Event", "Iteration", "MAX_LINE", "Metrics", "ProgressExtractor", "ProgressSummary", "Requeued", "RunStart",
-    "detect_profile", "parse_timestamp", "split_line_prefix", "summarize",
+    "default_extractor", "detect_profile", "parse_timestamp", "split_line_prefix", "summarize",
 ]

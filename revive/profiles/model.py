@@ -174,7 +174,8 @@ class Profile(BaseModel):
     """One framework's progress formats.
 
     ``patterns`` maps an event kind (see ``KINDS``) to regexes; ``literals`` is the prefilter (a line
-    must contain one for this profile's regexes to run; pattern-level literals are added to it).
+    must contain one for this profile's regexes to run; a pattern with its own ``literals`` runs
+    only on lines holding one of those).
     ``infer_checkpoint_iter``: a save/load line without a step takes the attempt's last iteration.
     ``save_is_synchronous``: the save runs inline (and may print no "saved" line); it counts as
     done once a later iteration of the same attempt is seen.

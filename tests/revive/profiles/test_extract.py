@@ -199,3 +199,9 @@ def test_report_text_and_json():
     assert "revive_demo" in report(lines) and '"run_starts": 1' in report(lines, "json")
     with pytest.raises(ValueError):
         report(lines, "xml")
+
+
+def test_validation_and_sanity_bars_are_not_progress(ex):
+    assert ex.events("Validation DataLoader 0:  50%|█████     | 5/10 [00:01<00:01,  4.00it/s]") == []
+    assert ex.events("Sanity Checking DataLoader 0: 100%|██████████| 2/2 [00:00<00:00,  9.00it/s]") == []
+    assert ex.events("validate step: 10  loss:  2.0000  memory:  9.46GiB(64.99%)  tps: 7,094") == []

@@ -266,3 +266,12 @@ def test_every_framework_directory_has_a_fixture():
     sources = (DATA / "SOURCES.md").read_text(encoding="utf-8")
     for log in DATA.glob("*/*.log"):
         assert f"{log.parent.name}/{log.name}" in sources, f"{log} not cited in SOURCES.md"
+
+
+def test_resume_verified_per_attempt():
+    s = summarize(read("revive_demo/public_readme.log"))
+    assert [a.progressed_past_load for a in s.attempts] == [None, True]
+    s = summarize(read("torchtitan/public_pr1287.log"))
+    assert s.attempts[0].progressed_past_load is True
+    s = summarize(read("hf_trainer/public_llamafactory1813.log"))  # resumed at 200000, bar restarted at 0
+    assert s.attempts[0].progressed_past_load is False
