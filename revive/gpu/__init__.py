@@ -5,7 +5,7 @@ command line (:mod:`revive.gpu.agent_cli`). See ``docs/gpu-signals.md``.
 Importing this package touches neither NVML nor prometheus-client; both load when first used.
 """
 
-from revive.gpu.dcgm import DcgmParseError, DcgmScraper, DcgmScrapeError, DcgmTracker, GpuEvidence, parse_dcgm
+from revive.gpu.dcgm import DcgmParseError, DcgmScrapeError, DcgmScraper, DcgmTracker, GpuEvidence, parse_dcgm
 from revive.gpu.nvml_agent import (
     GpuReading,
     HttpXidSink,

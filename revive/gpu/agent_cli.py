@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
@@ -44,8 +44,8 @@ app = typer.Typer(name="agent", no_args_is_help=True, add_completion=False,
                   help="GPU node agent: NVML health as Prometheus metrics, Xid events as Revive triggers. "
                        "Run one per GPU node.")
 
-FakeOpt = Annotated[Optional[str], typer.Option("--fake", hidden=True, help="fake NVML fixture (JSON) instead of the driver")]
-NodeOpt = Annotated[Optional[str], typer.Option("--node", help="node name in labels and events (default: hostname)")]
+FakeOpt = Annotated[str | None, typer.Option("--fake", hidden=True, help="fake NVML fixture (JSON) instead of the driver")]
+NodeOpt = Annotated[str | None, typer.Option("--node", help="node name in labels and events (default: hostname)")]
 
 
 def load_nvml(fake: str | None) -> Any:
@@ -66,10 +66,10 @@ def _open(fake: str | None, node: str | None) -> NvmlReader:
     except NvmlUnavailable as exc:
         typer.echo(f"{exc}. The agent needs an NVIDIA GPU with its driver (libnvidia-ml.so.1) on this machine.",
                    err=True)
-        raise typer.Exit(EXIT_NVML_UNAVAILABLE)
+        raise typer.Exit(EXIT_NVML_UNAVAILABLE) from None
     except (OSError, ValueError) as exc:  # unreadable --fake fixture
         typer.echo(f"error: cannot load NVML: {exc}", err=True)
-        raise typer.Exit(2)
+        raise typer.Exit(2) from None
 
 
 @app.command("check")
@@ -119,12 +119,12 @@ def run(
     port: Annotated[int, typer.Option("--port", help="port for /metrics")] = DEFAULT_PORT,
     addr: Annotated[str, typer.Option("--addr", help="address to bind /metrics on")] = "0.0.0.0",
     node: NodeOpt = None,
-    xid_jsonl: Annotated[Optional[str], typer.Option("--xid-jsonl", help="append each Xid event to this JSON-lines file")] = None,
-    xid_url: Annotated[Optional[str], typer.Option("--xid-url", help="POST each Xid event as JSON to this URL")] = None,
+    xid_jsonl: Annotated[str | None, typer.Option("--xid-jsonl", help="append each Xid event to this JSON-lines file")] = None,
+    xid_url: Annotated[str | None, typer.Option("--xid-url", help="POST each Xid event as JSON to this URL")] = None,
     xid_timeout_s: Annotated[float, typer.Option("--xid-timeout", help="seconds per POST attempt")] = 5.0,
     wait_ms: Annotated[int, typer.Option("--wait-ms", help="NVML event wait slice [ms]")] = 1000,
     no_metrics: Annotated[bool, typer.Option("--no-metrics", help="do not serve /metrics")] = False,
-    max_events: Annotated[Optional[int], typer.Option("--max-events", hidden=True)] = None,
+    max_events: Annotated[int | None, typer.Option("--max-events", hidden=True)] = None,
     fake: FakeOpt = None,
 ) -> None:
     """Serve /metrics and forward Xid events until SIGINT/SIGTERM."""
@@ -144,7 +144,7 @@ def run(
                 server, _thread = serve(NvmlCollector(reader, stats), port=port, addr=addr)
             except OSError as exc:
                 typer.echo(f"error: cannot serve /metrics on {addr}:{port}: {exc}", err=True)
-                raise typer.Exit(2)
+                raise typer.Exit(2) from None
             typer.echo(f"serving /metrics on {addr}:{port} for {reader.node} ({len(reader.devices)} GPU(s))", err=True)
 
         async def main() -> int:
@@ -177,8 +177,8 @@ def dcgm(
     """Scrape dcgm-exporters and print evidence (new Xid, DBE rise, remap failure, slow node) as JSON lines."""
     import httpx
 
-    from revive.gpu.dcgm import DcgmScraper, DcgmTracker
     from revive.errors import EvidenceError
+    from revive.gpu.dcgm import DcgmScraper, DcgmTracker
 
     async def main() -> int:
         tracker = DcgmTracker()
@@ -188,7 +188,7 @@ def dcgm(
             for i in range(count):
                 batch = []
                 results = await asyncio.gather(*(s.scrape() for s in scrapers), return_exceptions=True)
-                for s, res in zip(scrapers, results):
+                for _s, res in zip(scrapers, results, strict=False):
                     if isinstance(res, EvidenceError):
                         failures += 1
                         typer.echo(json.dumps({"kind": "scrape_error", "detail": str(res)}))

@@ -47,9 +47,10 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
-from typing import Any, Iterable
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import httpx
 
@@ -120,7 +121,7 @@ def parse_dcgm(text: str, *, node: str | None = None, at: datetime | None = None
 
     if not isinstance(text, str):
         raise DcgmParseError(f"exporter text must be str, got {type(text).__name__}")
-    at = at or datetime.now(timezone.utc)
+    at = at or datetime.now(UTC)
     try:
         families = list(text_string_to_metric_families(text))
     except Exception as exc:  # the parser raises ValueError/IndexError/KeyError on bad lines
@@ -253,12 +254,12 @@ class DcgmTracker:
             self.previous[key] = smp
             if smp.timestamp and (latest_at is None or smp.timestamp > latest_at):
                 latest_at = smp.timestamp
-        out.extend(self._slow_nodes(latest_at or datetime.now(timezone.utc)))
+        out.extend(self._slow_nodes(latest_at or datetime.now(UTC)))
         return out
 
     def _ev(self, kind: str, smp: GpuSample, detail: str, metric: str, value: float | None,
             previous: float | None, **extra: Any) -> GpuEvidence:
-        return GpuEvidence(kind=kind, node=smp.node, at=smp.timestamp or datetime.now(timezone.utc),
+        return GpuEvidence(kind=kind, node=smp.node, at=smp.timestamp or datetime.now(UTC),
                            detail=detail, gpu_index=smp.index, uuid=smp.uuid, pci_bus_id=smp.pci_bus_id,
                            metric=metric, value=value, previous=previous, extra=extra)
 

@@ -172,7 +172,7 @@ class FakeNvml(types.ModuleType):
         self.event_sets: list[FakeEventSet] = []
 
     @classmethod
-    def from_file(cls, path: str | Path, **kw: Any) -> "FakeNvml":
+    def from_file(cls, path: str | Path, **kw: Any) -> FakeNvml:
         return cls(json.loads(Path(path).read_text(encoding="utf-8")), **kw)
 
     # -- plumbing --------------------------------------------------------------------------

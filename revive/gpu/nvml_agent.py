@@ -41,11 +41,12 @@ import json
 import logging
 import socket
 import threading
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Awaitable, Callable, Iterable
+from typing import Any
 
 import httpx
 
@@ -248,7 +249,7 @@ class NvmlReader:
         self._open = False
 
     # -- lifecycle -------------------------------------------------------------------------
-    def open(self) -> "NvmlReader":
+    def open(self) -> NvmlReader:
         n = self.nvml
         with self._lock:
             if self._open:
@@ -285,9 +286,10 @@ class NvmlReader:
                 self._handles.append(h)
                 if h is not None:
                     try:
-                        g.uuid = self._field(g, "uuid", lambda: _s(n.nvmlDeviceGetUUID(h)))
-                        g.pci_bus_id = self._field(g, "pci_bus_id", lambda: _s(n.nvmlDeviceGetPciInfo(h).busId).lower())
-                        g.name = self._field(g, "name", lambda: _s(n.nvmlDeviceGetName(h)))
+                        g.uuid = self._field(g, "uuid", lambda h=h: _s(n.nvmlDeviceGetUUID(h)))
+                        g.pci_bus_id = self._field(g, "pci_bus_id",
+                                                   lambda h=h: _s(n.nvmlDeviceGetPciInfo(h).busId).lower())
+                        g.name = self._field(g, "name", lambda h=h: _s(n.nvmlDeviceGetName(h)))
                     except _GpuLost:
                         pass
                 self._static.append(g)
@@ -312,7 +314,7 @@ class NvmlReader:
                 pass
             self._open = False
 
-    def __enter__(self) -> "NvmlReader":
+    def __enter__(self) -> NvmlReader:
         return self.open()
 
     def __exit__(self, *exc: object) -> None:
@@ -350,7 +352,7 @@ class NvmlReader:
         n = self.nvml
         out: list[GpuReading] = []
         with self._lock:
-            for h, st in zip(self._handles, self._static):
+            for h, st in zip(self._handles, self._static, strict=False):
                 g = GpuReading(index=st.index, uuid=st.uuid, pci_bus_id=st.pci_bus_id, name=st.name,
                                unavailable=dict(st.unavailable))
                 if h is not None:
@@ -359,7 +361,7 @@ class NvmlReader:
                     except _GpuLost:
                         pass  # recorded on the field that saw it; the rest of this device is skipped
                 out.append(g)
-        return NodeReading(node=self.node, at=datetime.now(timezone.utc), driver_version=self.driver_version, gpus=out)
+        return NodeReading(node=self.node, at=datetime.now(UTC), driver_version=self.driver_version, gpus=out)
 
     def _read_device(self, n: Any, h: Any, g: GpuReading) -> None:
         for counter, cname in ((n.NVML_VOLATILE_ECC, "volatile"), (n.NVML_AGGREGATE_ECC, "aggregate")):
@@ -418,7 +420,7 @@ class NvmlReader:
                 continue
             got: dict[str, float] = {}
             for cid, label in counters:
-                v = self._field(g, f"nvlink{link}.{label}", lambda c=cid: n.nvmlDeviceGetNvLinkErrorCounter(h, link, c))
+                v = self._field(g, f"nvlink{link}.{label}", lambda c=cid, lk=link: n.nvmlDeviceGetNvLinkErrorCounter(h, lk, c))
                 if v is not None:
                     got[label] = float(v)
             g.nvlink[link] = got
@@ -439,7 +441,7 @@ class NvmlReader:
                         self._xid_unavailable[g.index] = _err_text(exc)
                     return []
             ok: list[int] = []
-            for h, g in zip(self._handles, self._static):
+            for h, g in zip(self._handles, self._static, strict=False):
                 if h is None:
                     self._xid_unavailable[g.index] = g.unavailable.get("handle", "no handle")
                     continue
@@ -475,7 +477,7 @@ class NvmlReader:
     def _event(self, n: Any, data: Any) -> XidEvent | None:
         if not (int(data.eventType) & int(n.nvmlEventTypeXidCriticalError)):
             return None
-        at = datetime.now(timezone.utc)
+        at = datetime.now(UTC)
         st = self._device_for(n, data.device)
         gi = getattr(data, "gpuInstanceId", None)
         gi = None if gi is None or int(gi) == 0xFFFFFFFF else int(gi)

@@ -1,6 +1,6 @@
 """Local (or shared-file-system) log files behind the :class:`~revive.logsources.base.LogSource` interface.
 
-A thin adapter over :class:`worker.tail.Follower`, which keeps its semantics: offsets by path and
+A thin adapter over :class:`revive.tail.Follower`, which keeps its semantics: offsets by path and
 inode, partial last lines kept until their newline, lines capped at 4 KB (head and tail), a
 truncated or replaced file read again from the start, at most 8 MiB per poll. The selector's
 ``path`` names the file. ``seq`` counts lines delivered per path (it equals the line number until
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from revive.logsources.base import STATE_VERSION, LogLine, LogSourceError, StreamSelector, log
-from worker.tail import Follower, TailState
+from revive.tail import Follower, TailState
 
 
 class FileLogSource:

@@ -60,6 +60,7 @@ from revive.profiles.extract import (  # noqa: E402  (extract imports load_built
     summarize,
 )
 
+
 def report(lines, fmt: str = "text", profiles=None) -> str:  # type: ignore[no-untyped-def]
     """Summarize ``lines`` (an iterable of str/bytes log lines) and render it: ``fmt="text"`` a short
     human-readable report, ``fmt="json"`` the ``ProgressSummary`` as JSON. Pure: the caller reads

@@ -27,7 +27,7 @@ import re
 import statistics
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any, ClassVar
 
 import re2
@@ -162,7 +162,7 @@ def _tz(s: str | None) -> timezone | None:
     if not s:
         return None
     if s == "Z":
-        return timezone.utc
+        return UTC
     sign = -1 if s[0] == "-" else 1
     hh, mm = int(s[1:3]), int(s[-2:])
     return timezone(sign * timedelta(hours=hh, minutes=mm))
@@ -552,7 +552,7 @@ class ProgressSummary(BaseModel):
 
 
 def _naive_utc(ts: datetime) -> datetime:
-    return ts.astimezone(timezone.utc).replace(tzinfo=None) if ts.tzinfo else ts
+    return ts.astimezone(UTC).replace(tzinfo=None) if ts.tzinfo else ts
 
 
 class _AttemptState:

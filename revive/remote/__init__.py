@@ -204,7 +204,7 @@ async def connect(endpoint: SSHEndpoint, tunnel: Any = None):
     except asyncssh.ChannelOpenError as e:
         raise RemoteUnavailable(f"ssh {where}: the login node could not open the tunnel: {e.reason or e}",
                                 endpoint.host) from None
-    except asyncio.TimeoutError:
+    except TimeoutError:
         raise RemoteUnavailable(f"ssh {where}: no answer in {endpoint.connect_timeout_s:g}s", endpoint.host) from None
     except (OSError, asyncssh.Error) as e:
         raise RemoteUnavailable(f"ssh {where}: {getattr(e, 'strerror', None) or e}", endpoint.host) from None

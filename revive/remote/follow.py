@@ -232,7 +232,7 @@ class RemoteFollower:
             link.conn.close()
             try:
                 await asyncio.wait_for(link.conn.wait_closed(), 5)
-            except (asyncio.TimeoutError, OSError):
+            except (TimeoutError, OSError):
                 pass
 
     async def __aenter__(self) -> RemoteFollower:
@@ -266,7 +266,7 @@ class RemoteFollower:
         results = await asyncio.gather(*(self.read_new(p) for p in paths), return_exceptions=True)
         lines: dict[str, list[Line]] = {}
         error: RemoteUnavailable | None = None
-        for p, r in zip(paths, results):
+        for p, r in zip(paths, results, strict=False):
             if isinstance(r, RemoteUnavailable):
                 error = error if isinstance(error, HostKeyRejected) else r
             elif isinstance(r, BaseException):

@@ -24,7 +24,7 @@ import re
 import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from revive.errors import ConfigError
@@ -60,8 +60,8 @@ def since_arg(since: datetime | str | None) -> str | None:
     if since is None or isinstance(since, str):
         return since
     if since.tzinfo is None:
-        since = since.replace(tzinfo=timezone.utc)
-    return since.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+        since = since.replace(tzinfo=UTC)
+    return since.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def build_command(template: Sequence[str], node: str, since: datetime | str | None = None) -> list[str]:
@@ -178,7 +178,7 @@ class KernelLogReader:
             if c is not None:
                 try:
                     await asyncio.wait_for(c.wait_closed(), 5)
-                except (asyncio.TimeoutError, OSError):
+                except (TimeoutError, OSError):
                     pass
 
     async def __aenter__(self) -> KernelLogReader:
@@ -207,7 +207,7 @@ class KernelLogReader:
                 return KernelLog(node, [], False, f"kernel log unavailable: {e}")
             except RemoteUnavailable as e:
                 return KernelLog(node, [], False, f"kernel log unavailable: {e}")
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 old = self._node_conns.pop(node, None)
                 if old is not None:
                     old.close()  # a hung command or link: not retried (it would hang again)

@@ -4,7 +4,7 @@ scrapes, straggler naming, malformed text, the HTTP scraper."""
 from __future__ import annotations
 
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
@@ -19,14 +19,14 @@ from revive.gpu.dcgm import (
     SM_CLOCK,
     XID,
     DcgmParseError,
-    DcgmScraper,
     DcgmScrapeError,
+    DcgmScraper,
     DcgmTracker,
     parse_dcgm,
 )
 from revive.models import GpuSample
 
-T0 = datetime(2026, 12, 1, 9, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 T1 = T0 + timedelta(seconds=15)
 
 

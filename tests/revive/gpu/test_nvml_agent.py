@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from datetime import UTC
 
 import httpx
 import pynvml
@@ -293,10 +294,10 @@ async def test_failing_or_slow_callback_never_blocks_the_wait(fixture_dict):
 # -- sinks ------------------------------------------------------------------------------------
 
 def _ev(xid: int = 79) -> XidEvent:
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     return XidEvent(node=NODE, gpu_index=0, uuid=UUID0, pci_bus_id="00000000:18:00.0", xid=xid,
-                    at=datetime(2026, 12, 1, 9, 30, tzinfo=timezone.utc))
+                    at=datetime(2026, 12, 1, 9, 30, tzinfo=UTC))
 
 
 async def test_jsonl_sink(tmp_path):
@@ -357,8 +358,8 @@ def test_recording_replays_to_the_same_readings(fixture_dict):
     replay = FakeNvml(fx)
     r2 = NvmlReader(nvml=replay, node=NODE).open()
     again = [r2.read(), r2.read()]
-    for a, b in zip(first, again):
-        for ga, gb in zip(a.gpus, b.gpus):
+    for a, b in zip(first, again, strict=False):
+        for ga, gb in zip(a.gpus, b.gpus, strict=False):
             assert (ga.values, ga.nvlink, ga.unavailable, ga.uuid, ga.pci_bus_id) == \
                    (gb.values, gb.nvlink, gb.unavailable, gb.uuid, gb.pci_bus_id)
     assert not replay.unrecorded

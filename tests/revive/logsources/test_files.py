@@ -1,4 +1,4 @@
-"""FileLogSource: worker.tail.Follower's semantics behind the LogSource interface."""
+"""FileLogSource: revive.tail.Follower's semantics behind the LogSource interface."""
 
 from __future__ import annotations
 

@@ -25,7 +25,8 @@ T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 
 def result(iid: str = "inc-1", *, fault: float | None = 0.0, detect: float | None = 0.4, action: float | None = 4.0,
            resume: float | None = 14.0, outcome=IncidentOutcome.recovered, category=Category.gpu_hardware):
-    at = (lambda s: None if s is None else T0 + timedelta(seconds=s))
+    def at(s):
+        return (None if s is None else T0 + timedelta(seconds=s))
     return IncidentResult(incident_id=iid, outcome=outcome, category=category, fault_time=at(fault),
                           detected_at=at(detect), first_action_at=at(action), resumed_at=at(resume),
                           closed_at=T0 + timedelta(seconds=20))
@@ -372,7 +373,7 @@ async def test_interceptor_default_follows_module_metrics(monkeypatch):
 
 def test_lag_from_the_monitors_follower(tmp_path, m):
     """The hook expression proposed for worker/monitor.py, on the real Follower."""
-    from worker.tail import Follower
+    from revive.tail import Follower
 
     log = tmp_path / "job.out"
     log.write_text("step 1\nstep 2\n")

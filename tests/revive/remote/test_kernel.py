@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import stat
 from dataclasses import replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import asyncssh
 import pytest
@@ -66,7 +66,7 @@ async def test_path_template_through_the_jump_host(login_node):
 async def test_command_with_since_through_the_jump_host(login_node, standin):
     standin("fake-dmesg", 'for a in "$@"; do printf "arg=%s\\n" "$a"; done\n'
                           f'echo "[Tue Dec  1 09:00:00 2026] {XID}"\n')
-    since = datetime(2026, 12, 1, 9, 30, tzinfo=timezone.utc)
+    since = datetime(2026, 12, 1, 9, 30, tzinfo=UTC)
     async with reader(login_node, command=["fake-dmesg", "--node", "{node}", "--since", "{since}"]) as r:
         k = await r.read("node4", since=since)
         assert k.available and k.why is None
@@ -84,7 +84,7 @@ async def test_no_journal_files_is_unavailable_not_empty(login_node, standin):
     standin("journalctl", 'echo "-- No entries --"\necho "No journal files were found." >&2\nexit 0\n')
     async with reader(login_node, command=["journalctl", "-k", "-o", "short-iso", "--no-pager",
                                            "--since", "{since}"]) as r:
-        k = await r.read("node2", since=datetime.now(timezone.utc))
+        k = await r.read("node2", since=datetime.now(UTC))
     assert k.available is False and k.lines == []
     assert "kernel log unavailable" in k.why and "No journal files were found" in k.why
     # a journal with nothing in the window: available, no lines (the marker is not a line)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-
 from pathlib import Path
 
 SSHD_UP = Path(__file__).resolve().parents[3] / "scripts" / "sshd-up.sh"
