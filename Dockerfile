@@ -34,6 +34,7 @@ COPY workflows ./workflows
 COPY activities ./activities
 COPY worker ./worker
 COPY runbooks ./runbooks
+COPY cli ./cli
 RUN pip install . && cd / && rm -rf /src
 
 RUN set -eux; \

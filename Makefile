@@ -5,6 +5,7 @@ PY := $(VENV)/bin/python
 FAULT ?= xid79
 INTERACTIVE ?= 0
 KEEP ?= 0
+ACCESS ?= local
 PYTEST_ARGS ?=
 
 .PHONY: help venv demo test bench down up lint clean purge
@@ -25,10 +26,11 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed ## create the venv and install Revive with its dev and demo extras
 
-demo: venv ## a real recovery on a local Slurm cluster (FAULT=xid79|crash|hang INTERACTIVE=1 KEEP=1)
-	$(VENV)/bin/revive demo --fault $(FAULT) $(if $(filter 1,$(INTERACTIVE)),--interactive) $(if $(filter 1,$(KEEP)),--keep)
+demo: venv ## a real recovery on a local Slurm cluster (FAULT=xid79|crash|hang INTERACTIVE=1 KEEP=1 ACCESS=local|ssh)
+	$(VENV)/bin/revive demo --fault $(FAULT) --access $(ACCESS) $(if $(filter 1,$(INTERACTIVE)),--interactive) $(if $(filter 1,$(KEEP)),--keep)
 
-test: venv ## install what the tests need (venv, Slurm via scripts/cluster-up.sh) and run them
+test: venv ## install what the tests need (venv, Slurm via scripts/cluster-up.sh, scripts/test-deps.sh) and run them
+	bash scripts/test-deps.sh
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest $(PYTEST_ARGS)
 
 bench: venv ## run every benchmark and print its BENCH lines
@@ -45,10 +47,12 @@ up: venv ## start the local cluster and the Temporal dev server (left running)
 down: ## stop everything the demo or the tests started
 	-@for f in /tmp/revive-cluster/revive-state/{worker,monitor}.pid; do [ -f $$f ] && kill -TERM -- -$$(cat $$f) 2>/dev/null; rm -f $$f; done; true
 	-bash scripts/temporal-down.sh
+	-bash scripts/sshd-down.sh
 	-bash scripts/cluster-down.sh
 
 purge: down ## stop everything and delete the cluster and Temporal state (incident histories too)
 	-bash scripts/temporal-down.sh --purge
+	-bash scripts/sshd-down.sh --purge
 	-bash scripts/cluster-down.sh --purge
 
 clean: down ## remove the venv and build outputs

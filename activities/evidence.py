@@ -16,10 +16,11 @@ from pathlib import Path
 from temporalio import activity
 
 from activities.blocking import run_blocking
-from revive.errors import JobNotFound, SchedulerError
+from revive.errors import JobNotFound, ReviveError, SchedulerError
 from revive.logline import cap_line
 from revive.models import EvidenceBundle, GatherEvidenceInput
 from revive.scheduler.base import Scheduler
+from revive.site import KernelLogs, LocalKernelLogs, LocalLogs, LogReader
 
 TAIL_BYTES = 8 * 1024 * 1024
 """Bytes of a log's tail read into the evidence window file."""
@@ -59,10 +60,14 @@ def cut_to_attempt(lines: list[str], attempt: int | None) -> list[str]:
 class EvidenceActivities:
     """Activities of the gather stage. Built once by the worker with its scheduler and config."""
 
-    def __init__(self, scheduler: Scheduler, kernel_log_template: str | None, evidence_dir: Path,
-                 ip_to_node: dict[str, str] | None = None, kernel_log_utc_offset_s: int | None = None) -> None:
+    def __init__(self, scheduler: Scheduler, kernel: str | KernelLogs | None, evidence_dir: Path,
+                 ip_to_node: dict[str, str] | None = None, kernel_log_utc_offset_s: int | None = None,
+                 logs: LogReader | None = None) -> None:
+        """``kernel``: the site's kernel-log reader (or a local path template with ``{node}``);
+        ``logs``: the site's job-log reader (local files by default)."""
         self.scheduler = scheduler
-        self.kernel_log_template = kernel_log_template
+        self.kernel: KernelLogs = LocalKernelLogs(kernel) if kernel is None or isinstance(kernel, str) else kernel
+        self.logs: LogReader = logs or LocalLogs()
         self.evidence_dir = evidence_dir
         self.ip_to_node = ip_to_node or {}
         self.kernel_log_utc_offset_s = kernel_log_utc_offset_s
@@ -91,21 +96,34 @@ class EvidenceActivities:
         log_path = inp.log_path or (b.job.std_out if b.job else None)
         if log_path:
             b.job_log_source = log_path
-            await run_blocking(self._log_window, b, Path(log_path), inp)
+            try:
+                data, _ = await self.logs.read_tail(log_path, TAIL_BYTES)
+            except (OSError, ReviveError) as e:
+                b.notes.append(f"job log unreadable: {log_path}: {getattr(e, 'strerror', None) or e}")
+            else:
+                await run_blocking(self._log_window, b, data, inp)
         else:
             b.notes.append("no job log path known")
+        since = b.job.start_time if b.job else None
         for node in nodes:
-            b.kernel_logs[node] = await run_blocking(self._kernel_lines, node, b.notes)
+            try:
+                got = await self.kernel.read(node, since=since)
+            except ReviveError as e:
+                b.notes.append(f"kernel log of {node} unavailable: {e}")
+                continue
+            if not got.available:
+                b.notes.append(f"kernel log of {node} unavailable: {got.why}")
+                continue
+            b.kernel_logs[node] = [cap_line(x) for x in got.lines[-KERNEL_LINES:]]
         activity.logger.info("evidence for %s: %d log lines, kernel lines %s, notes %s", inp.incident_id,
                              b.job_log.count("\n") + 1 if b.job_log else 0,
                              {k: len(v) for k, v in b.kernel_logs.items()}, b.notes)
         return b
 
-    def _log_window(self, b: EvidenceBundle, log_path: Path, inp: GatherEvidenceInput) -> None:
-        """Read the log's tail, cut it to the attempt, write the window file, fill ``b.job_log``
-        (blocking: runs in a thread). An unreadable log becomes a note."""
+    def _log_window(self, b: EvidenceBundle, data: bytes, inp: GatherEvidenceInput) -> None:
+        """Cut the log's tail to the attempt, write the window file, fill ``b.job_log`` (blocking:
+        runs in a thread). An unwritable window file becomes a note."""
         try:
-            data, _ = read_tail(log_path)
             lines = cut_to_attempt(decode_lines(data), inp.attempt)
             window = self.evidence_dir / f"{inp.incident_id}.log"
             window.parent.mkdir(parents=True, exist_ok=True)
@@ -121,17 +139,4 @@ class EvidenceActivities:
                     window_lines = [head, *window_lines]
             b.job_log = "\n".join(window_lines)
         except OSError as e:
-            b.notes.append(f"job log unreadable: {log_path}: {e.strerror or e}")
-
-    def _kernel_lines(self, node: str, notes: list[str]) -> list[str]:
-        if not self.kernel_log_template:
-            return []
-        path = Path(self.kernel_log_template.format(node=node))
-        try:
-            data, _ = read_tail(path, 1024 * 1024)
-        except FileNotFoundError:
-            return []
-        except OSError as e:
-            notes.append(f"kernel log of {node} unreadable: {e.strerror or e}")
-            return []
-        return decode_lines(data)[-KERNEL_LINES:]
+            b.notes.append(f"evidence window not written: {e.strerror or e}")

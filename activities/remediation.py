@@ -14,6 +14,7 @@ is still the incident's job before acting.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -52,6 +53,16 @@ RESUBMITTED_FILE = "resubmitted.json"
 
 
 
+_PIDS_BY_ENV = r"""exec 2>/dev/null
+for e in /proc/[0-9]*/environ; do
+  p=${e%/environ}; p=${p#/proc/}
+  tr '\0' '\n' < "$e" 2>/dev/null | grep -qx "SLURM_JOB_ID=$1" || continue
+  tr '\0' '\n' < "$e" 2>/dev/null | grep -qx "SLURMD_NODENAME=$2" || continue
+  echo "$p"
+done"""
+"""Pids of the tasks of job ``$1`` on node ``$2`` (Slurm sets both variables in every task)."""
+
+
 def identity_problem(want: JobIdentity, live: JobRecord) -> str | None:
     """Why ``live`` is not the incident's job, or None."""
     if live.job_id != want.job_id:
@@ -72,7 +83,7 @@ def _now() -> datetime:
 class RemediationActivities:
     """Cluster-changing activities. ``scheduler`` is a SlurmCLI (or a RecordingScheduler around it)."""
 
-    def __init__(self, scheduler: Scheduler, arm_hold_release: object | None = None,
+    def __init__(self, scheduler: Scheduler, arm_hold_release: Callable[[str, float], Awaitable[int]] | None = None,
                  jobspec_dir: str | Path | None = None, py_spy: str = "py-spy") -> None:
         self.scheduler = scheduler
         self.py_spy = py_spy
@@ -180,8 +191,13 @@ class RemediationActivities:
                 return ActionResult(action="requeue", ok=True, changed=False, at=_now(),
                                     detail=f"already requeued (state {live.state}, restarts {live.restart_count})")
             if inp.exclude_nodes:
-                if self.arm_hold_release is not None:
-                    await self.arm_hold_release(live.job_id, inp.hold_release_after_s)  # type: ignore[operator]
+                # fail-open: no hold without an armed release (a hold nobody lifts strands the job)
+                armed = await self.arm_hold_release(live.job_id, inp.hold_release_after_s) if self.arm_hold_release else 0
+                if not armed:
+                    raise ApplicationError(
+                        f"the fail-open hold release could not be armed for job {live.job_id}: not taking the "
+                        f"hold that excluding {','.join(inp.exclude_nodes)} needs; a person decides",
+                        type="HoldReleaseNotArmed", non_retryable=True)
                 cmds.append(await self.scheduler.requeue(live.job_id, hold=True))
                 cmds.append(await self.scheduler.update_job(live.job_id, ExcNodeList=",".join(exc)))
                 cmds.append(await self.scheduler.release(live.job_id))
@@ -285,23 +301,38 @@ class RemediationActivities:
         return out
 
     async def _job_pids(self, job_id: str, node: str) -> list[int]:
-        """Python processes of ``job_id`` on ``node``: found via /proc on the local testbed
-        (environment SLURM_JOB_ID + SLURMD_NODENAME), or ``pgrep`` over the node runner."""
-        pids: list[int] = []
-        proc = Path("/proc")
-        for p in proc.iterdir():
-            if not p.name.isdigit():
-                continue
+        """Python processes of ``job_id`` on ``node``, asked on the node itself (locally on the
+        testbed, over SSH otherwise): ``scontrol listpids <job>`` (the job's processes that node's
+        slurmd tracks), then ``ps`` to keep the Python ones (not srun, not the batch shell)."""
+        try:
+            rc, out = await self.scheduler.run_on_node(node, ["scontrol", "listpids", str(job_id)], timeout_s=20)
+        except Exception as e:  # diagnostics are best effort
+            activity.logger.warning("listpids of job %s on %s failed: %s", job_id, node, e)
+            return []
+        pids = [int(tok[0]) for tok in (ln.split() for ln in out.splitlines()) if tok and tok[0].isdigit()]
+        if rc != 0 or not pids:
+            # listpids asks the host's own slurmd; where several slurmd share a host (the local
+            # testbed) it sees only one of them: find the job's tasks by their environment instead
             try:
-                cmd = (p / "cmdline").read_bytes()
-                if b"python" not in cmd or b"srun" in cmd.split(b"\0")[0]:
-                    continue
-                env = (p / "environ").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if f"SLURM_JOB_ID={job_id}".encode() in env and f"SLURMD_NODENAME={node}".encode() in env:
-                pids.append(int(p.name))
-        return sorted(pids)
+                rc, out = await self.scheduler.run_on_node(node, ["sh", "-c", _PIDS_BY_ENV, "revive-pids",
+                                                                  str(job_id), node], timeout_s=20)
+            except Exception:
+                return []
+            pids = [int(x) for x in out.split() if x.isdigit()]
+        if not pids:
+            return []
+        try:
+            rc, out = await self.scheduler.run_on_node(
+                node, ["ps", "-o", "pid=,args=", "-p", ",".join(map(str, pids))], timeout_s=20)
+        except Exception:
+            return []
+        keep = []
+        for ln in out.splitlines():
+            pid, _, args = ln.strip().partition(" ")
+            argv0 = args.split(" ", 1)[0] if args else ""
+            if pid.isdigit() and "python" in args and "srun" not in argv0 and not argv0.endswith("sh"):
+                keep.append(int(pid))
+        return sorted(keep)
 
     @activity.defn(name="read_mode")
     async def read_mode(self, inp: ModeInput) -> str:

@@ -5,48 +5,52 @@ polling" pattern) until the job's log shows, after an ``=== attempt restart=N`` 
 the incident's attempt, ``resumed from checkpoint at iteration K`` and then a progress line with an
 iteration above K — or until ``timeout_s``.
 
-The log is followed from an offset (``revive.tail.Follower``, like the monitor): the first poll
-reads at most the last ``VERIFY_TAIL_BYTES`` of the file, later polls only what it gained, and a
-file truncated on requeue (Slurm's default open mode) is read again from its start. File reads run
-in a thread (``activities.blocking``), never on the event loop.
+The log is followed from an offset through the site's ``LogReader`` (local files, or the login node
+over SFTP): the first poll reads at most the last ``VERIFY_TAIL_BYTES`` of the file, later polls
+only what it gained, and a file truncated on requeue (Slurm's default open mode) is read again from
+its start. Local reads run in a thread, never on the event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from pathlib import Path
 
 from temporalio import activity
 
-from activities.blocking import run_blocking
-from revive.errors import SchedulerError
+from revive.errors import ReviveError, SchedulerError
+from revive.logline import decode_line
 from revive.models import VerifyInput, VerifyResult, WaitCheckpointInput
 from revive.progress import ResumeTracker, parse_attempt, parse_checkpoint
 from revive.scheduler.base import Scheduler
-from revive.tail import Follower, TailState
+from revive.site import LocalLogs, LogReader
 
 VERIFY_TAIL_BYTES = 16 * 1024 * 1024
 """Bytes of the log's tail read on the first poll (earlier attempts lie before it)."""
 
 
-def _follower_at(path: str, offset: int | None) -> Follower:
-    """A follower of ``path`` starting at ``offset`` (None: ``VERIFY_TAIL_BYTES`` before the end).
-    A missing file starts at 0 when it appears."""
-    f = Follower()
+async def _open(logs: LogReader, path: str, offset: int | None) -> tuple[LogReader, list[tuple[int, str]]]:
+    """A fresh reader of ``path`` positioned at ``offset`` (None: ``VERIFY_TAIL_BYTES`` before the
+    end), and the lines between that point and the end. A missing file starts at 0 when it appears."""
+    reader = logs.fresh()
     try:
-        st = os.stat(path)
-    except OSError:
-        return f
-    start = max(0, st.st_size - VERIFY_TAIL_BYTES) if offset is None else min(offset, st.st_size)
-    f.states[path] = TailState(path=path, inode=st.st_ino, offset=start)
-    return f
+        data, size = await reader.read_tail(path, VERIFY_TAIL_BYTES)
+    except (OSError, ReviveError):
+        return reader, []
+    if offset is not None:  # only what was written after ``offset`` counts
+        data = data[max(0, len(data) - max(0, size - offset)):]
+    reader.seek(path, data, size)
+    nl = data.rfind(b"\n")
+    lines = data[: nl + 1].decode("utf-8", "replace").splitlines() if nl >= 0 else []
+    return reader, [(0, decode_line(x.encode())) for x in lines]
 
 
 class VerificationActivities:
-    def __init__(self, scheduler: Scheduler) -> None:
+    def __init__(self, scheduler: Scheduler, logs: LogReader | None = None) -> None:
+        """``logs``: the site's job-log reader (local files by default; the login node in SSH mode)."""
         self.scheduler = scheduler
+        self.logs: LogReader = logs or LocalLogs()
 
     @activity.defn(name="verify_progress")
     async def verify_progress(self, inp: VerifyInput) -> VerifyResult:
@@ -68,7 +72,7 @@ class VerificationActivities:
                 except OSError:
                     start_offset = 0
         tracker = ResumeTracker(inp.after_attempt)
-        follower: Follower | None = None
+        reader: LogReader | None = None
         followed: str | None = None
         while True:
             log_path = inp.log_path
@@ -79,10 +83,16 @@ class VerificationActivities:
             except SchedulerError as e:
                 detail = f"job unavailable: {e}"
             if log_path:
-                if follower is None or followed != log_path:
-                    follower, followed = _follower_at(log_path, start_offset), log_path
-                    tracker = ResumeTracker(inp.after_attempt)
-                for _, text in await run_blocking(follower.read_new, log_path):
+                new: list[tuple[int, str]] = []
+                try:
+                    if reader is None or followed != log_path:
+                        tracker = ResumeTracker(inp.after_attempt)
+                        reader, new = await _open(self.logs, log_path, start_offset)
+                        followed = log_path
+                    new += await reader.read_new(log_path)
+                except ReviveError as e:  # the login node is unreachable: keep polling
+                    detail = f"log unreadable: {e}"
+                for _, text in new:
                     tracker.feed(text)
             res = tracker.res
             if res.first_after is not None:
@@ -114,10 +124,15 @@ class VerificationActivities:
         deadline = time.monotonic() + inp.timeout_s
         if not inp.log_path:
             return None
-        follower = _follower_at(inp.log_path, None)
+        reader, pending = await _open(self.logs, inp.log_path, None)
         while True:
             saved: int | None = None
-            for _, line in await run_blocking(follower.read_new, inp.log_path):
+            try:
+                pending += await reader.read_new(inp.log_path)
+            except ReviveError:
+                pass  # unreachable for now: the deadline bounds the wait
+            batch, pending = pending, []
+            for _, line in batch:
                 if parse_attempt(line) is not None:
                     saved = None  # a new attempt: only its own checkpoints count
                     continue

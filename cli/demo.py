@@ -40,9 +40,10 @@ def env_dirs() -> tuple[Path, Path]:
             Path(os.environ.get("REVIVE_TEMPORAL_DIR", "/tmp/revive-temporal")))
 
 
-def start_services() -> None:
-    """Cluster and Temporal dev server via the project's scripts (idempotent)."""
-    for script in ("cluster-up.sh", "temporal-up.sh"):
+def start_services(access: str = "local") -> None:
+    """Cluster and Temporal dev server via the project's scripts (idempotent); with
+    ``access="ssh"`` also the SSH login node (scripts/sshd-up.sh)."""
+    for script in ("cluster-up.sh", "temporal-up.sh", *(("sshd-up.sh",) if access == "ssh" else ())):
         r = subprocess.run(["bash", str(REPO / "scripts" / script)], text=True)
         if r.returncode != 0:
             raise SystemExit(f"demo: scripts/{script} failed (exit {r.returncode}); see its message above")
@@ -169,8 +170,14 @@ async def follow(cfg_path: Path, job: str, interactive: bool, ui: str, deadline_
     return {"incident": wid, "result": res}
 
 
-def run_demo(fault: str = "xid79", interactive: bool = False, keep: bool = False) -> int:
-    """Returns the process exit code (0 recovered, 1 not recovered, 2 setup error)."""
+def run_demo(fault: str = "xid79", interactive: bool = False, keep: bool = False, access: str = "local") -> int:
+    """Returns the process exit code (0 recovered, 1 not recovered, 2 setup error).
+
+    ``access="ssh"``: the worker and the monitor reach the cluster only through the SSH login node
+    (``cluster-ssh.yaml``: Slurm commands, job logs, kernel logs and node commands over SSH)."""
+    if access not in ("local", "ssh"):
+        print(f"demo: unknown ACCESS={access!r}; choose local or ssh", file=sys.stderr)
+        return 2
     if fault not in FAULTS:
         print(f"demo: unknown FAULT={fault!r}; choose one of {', '.join(FAULTS)}", file=sys.stderr)
         return 2
@@ -179,8 +186,8 @@ def run_demo(fault: str = "xid79", interactive: bool = False, keep: bool = False
         return 2
     t_start = time.monotonic()
     cluster_dir, tdir = env_dirs()
-    start_services()
-    cfg_path = cluster_dir / "cluster.yaml"
+    start_services(access)
+    cfg_path = cluster_dir / ("cluster-ssh.yaml" if access == "ssh" else "cluster.yaml")
     from revive.config import load_cluster_config
 
     cfg = load_cluster_config(cfg_path)
@@ -197,7 +204,8 @@ def run_demo(fault: str = "xid79", interactive: bool = False, keep: bool = False
     spawn("worker", [py, "-m", "cli.main", "worker", "--config", str(cfg_path)], state)
     spawn("monitor", [py, "-m", "cli.main", "monitor", "--config", str(cfg_path), "--policy", str(policy),
                       "--ui", ui], state)
-    say(f"worker and monitor started (logs: {state}/worker.log, {state}/monitor.log)")
+    say(f"worker and monitor started ({'through the SSH login node' if access == 'ssh' else 'local access'}; "
+        f"logs: {state}/worker.log, {state}/monitor.log)")
     run = uuid.uuid4().hex[:8]
     job, log, marker = submit_job(run, fault, state)
     say(f"submitted job {job}: 2 nodes, gloo all-reduce every step, checkpoint every 10 steps; "
@@ -234,6 +242,8 @@ def run_demo(fault: str = "xid79", interactive: bool = False, keep: bool = False
         else:
             stop_revive_processes(state)
             subprocess.run(["bash", str(REPO / "scripts" / "temporal-down.sh")], capture_output=True)
+            if access == "ssh":
+                subprocess.run(["bash", str(REPO / "scripts" / "sshd-down.sh")], capture_output=True)
             subprocess.run(["bash", str(REPO / "scripts" / "cluster-down.sh")], capture_output=True)
             say("stopped the cluster, Temporal and Revive (KEEP=1 leaves them running)")
     return rc

@@ -210,6 +210,25 @@ def show(incident: str, config: ConfigOpt = DEFAULT_CONFIG) -> None:
     _run(go())
 
 
+config_app = typer.Typer(no_args_is_help=True, help="Cluster config files.")
+app.add_typer(config_app, name="config")
+
+
+@config_app.command("check")
+def config_check(config: ConfigOpt = DEFAULT_CONFIG) -> None:
+    """Validate a cluster config, resolve its secrets (never printed) and try every endpoint."""
+    from revive.config_check import check_config
+
+    rows = _run(check_config(_cfg(config)))
+    t = Table("check", "target", "ok", "detail", "s")
+    for r in rows:
+        t.add_row(_safe(r.what), _safe(r.target), "[green]ok[/]" if r.ok else "[red]FAIL[/]", _safe(r.detail),
+                  f"{r.seconds:.2f}")
+    console.print(t)
+    if not all(r.ok for r in rows):
+        raise Fail(f"{sum(not r.ok for r in rows)} check(s) failed", 1)
+
+
 @app.command()
 def classify(
     paths: Annotated[list[Path], typer.Argument(help="case folders or log files")],
@@ -255,11 +274,11 @@ def node_resume(
 
     from revive.health import resume_node
     from revive.policy import load_policy
-    from revive.scheduler.runners import LocalRunner
-    from revive.scheduler.slurm_cli import SlurmCLI
+    from revive.site import build_site
 
     cfg = _cfg(config)
-    ok, msg = _run(resume_node(SlurmCLI.from_config(cfg), LocalRunner(slurm_conf=cfg.slurm_conf), node,
+    site = build_site(cfg)  # the health check runs on the controller side: here, or the login node
+    ok, msg = _run(resume_node(site.scheduler, site.runner, node,
                                shlex.split(health_cmd) if health_cmd else None, load_policy(policy)))
     console.print(_safe(msg))
     if not ok:
@@ -369,11 +388,12 @@ def demo(
     fault: Annotated[str, typer.Option(help="xid79 | crash | hang")] = "xid79",
     interactive: Annotated[bool, typer.Option(help="wait for a person to approve")] = False,
     keep: Annotated[bool, typer.Option(help="leave everything running afterwards")] = False,
+    access: Annotated[str, typer.Option(help="local | ssh (reach the cluster only through the SSH login node)")] = "local",
 ) -> None:
     """A real recovery on the local cluster: submit, inject a fault, detect, attribute, approve, act, verify."""
     from cli.demo import run_demo
 
-    rc = run_demo(fault=fault, interactive=interactive, keep=keep)
+    rc = run_demo(fault=fault, interactive=interactive, keep=keep, access=access)
     raise typer.Exit(rc)
 
 

@@ -65,6 +65,22 @@ class SSHAccess(_Model):
     key_env: str | None = None
     """Name of an environment variable holding the private key (PEM/OpenSSH text)."""
     connect_timeout_s: float = 10.0
+    pin_unknown_host: bool = False
+    """Trust on first use: a host with no entry in ``known_hosts`` is accepted once and its key
+    appended to the file. Off by default: an unknown host key is refused."""
+    node_hosts: dict[str, str] = Field(default_factory=dict)
+    """How to reach each compute node from the login node (jump host): ``{node: "host[:port]"}``.
+    Empty: a node is reached by its own name on ``port``."""
+
+    def node_addresses(self) -> dict[str, tuple[str, int]] | None:
+        """``node_hosts`` as ``{node: (host, port)}``; None when empty (reach nodes by name)."""
+        if not self.node_hosts:
+            return None
+        out: dict[str, tuple[str, int]] = {}
+        for node, addr in self.node_hosts.items():
+            host, _, port = addr.rpartition(":") if ":" in addr else (addr, "", "")
+            out[node] = (host, int(port)) if port else (addr, self.port)
+        return out
 
     def private_key(self) -> str | None:
         """The key text from ``key_env`` (``None`` when ``key_file`` or the agent is used)."""
@@ -94,6 +110,10 @@ class RestAccess(_Model):
 
 class SchedulerAccess(_Model):
     mode: Literal["local", "ssh"] = "local"
+    """Where the Slurm CLI runs: this machine, or the login node over SSH (``ssh``)."""
+    read: Literal["cli", "rest"] = "cli"
+    """Where job and node reads come from: the CLI, or slurmrestd (``rest`` needs the ``rest``
+    section). Actions always use the CLI: slurmrestd 22.05 cannot drain, resume or requeue."""
     ssh: SSHAccess | None = None
     rest: RestAccess | None = None
     command_timeout_s: float = Field(default=30.0, gt=0)
@@ -102,6 +122,8 @@ class SchedulerAccess(_Model):
     def _ssh_needs_host(self) -> SchedulerAccess:
         if self.mode == "ssh" and self.ssh is None:
             raise ValueError("mode 'ssh' needs an 'ssh' section (host, user, key_file|key_env)")
+        if self.read == "rest" and self.rest is None:
+            raise ValueError("read 'rest' needs a 'rest' section (url, user, token_file|token_env)")
         return self
 
 
@@ -110,9 +132,8 @@ class LogSource(_Model):
 
     poll_interval_s: float = Field(default=0.5, gt=0, le=0.5)
     over_ssh: bool = False
-    """Read the log over SSH (a login node with the shared file system) instead of locally."""
-    offsets_file: str | None = None
-    """Where tail offsets are cached; default ``<state_dir>/offsets.json``."""
+    """Read job logs on the login node over SFTP (``scheduler.mode: ssh``; the login node sees the
+    shared file system the jobs write to) instead of locally."""
 
 
 class KernelLogSource(_Model):
@@ -120,15 +141,20 @@ class KernelLogSource(_Model):
 
     path_template: str | None = None
     command: list[str] | None = None
-    """argv; ``{node}`` in any element is replaced. Run locally, or on the node over SSH."""
+    """argv run on the node (``over_ssh``): ``{node}`` and ``{since}`` are replaced, e.g.
+    ``[journalctl, -k, -o, short-iso, --no-pager, --since, "{since}"]`` or ``[dmesg, -T]``."""
     over_ssh: bool = False
+    """Read each node's kernel log on the node itself, through the login node as a jump host
+    (``scheduler.mode: ssh``). Off: ``path_template`` is a local path with ``{node}``."""
 
     @model_validator(mode="after")
     def _one_source(self) -> KernelLogSource:
         if bool(self.path_template) == bool(self.command):
             raise ValueError("exactly one of path_template or command is required")
-        if self.path_template and "{node}" not in self.path_template:
-            raise ValueError("path_template must contain '{node}'")
+        if self.path_template and "{node}" not in self.path_template and not self.over_ssh:
+            raise ValueError("path_template must contain '{node}' (or set over_ssh: the same path on every node)")
+        if self.command and not self.over_ssh:
+            raise ValueError("command needs over_ssh: true (it runs on each node through the login node)")
         return self
 
     def path_for(self, node: str) -> str | None:

@@ -59,4 +59,4 @@ class EvidenceError(ReviveError):
     pass
 
 
-NON_RETRYABLE = ["JobNotFound", "SchedulerCommandError", "JobIdentityMismatch", "ConfigError"]
+NON_RETRYABLE = ["JobNotFound", "SchedulerCommandError", "JobIdentityMismatch", "ConfigError", "HoldReleaseNotArmed"]

@@ -44,7 +44,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, overload
 
 import temporalio.activity
 import temporalio.exceptions
@@ -260,6 +260,13 @@ class ReviveMetrics:
             self._lag_exported = keep
 
     # ---- scheduler -------------------------------------------------------------------------------
+    @overload
+    def scheduler_call(self, call: str, seconds: None = None) -> _CallTimer: ...
+    @overload
+    def scheduler_call(self, call: str, seconds: float) -> None: ...
+    @overload
+    def scheduler_call(self, call: str, seconds: float | None = None) -> _CallTimer | None: ...
+
     def scheduler_call(self, call: str, seconds: float | None = None) -> _CallTimer | None:
         """With ``seconds``: observe it. Without: a timer usable as ``with``/``async with`` block or
         as a decorator of a sync or async function (an exception also counts

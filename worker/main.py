@@ -25,7 +25,7 @@ from activities.verification import VerificationActivities
 from revive.config import ClusterConfig
 from revive.failopen import arm_hold_release
 from revive.scheduler.base import Scheduler
-from revive.scheduler.runners import LocalRunner
+from revive.site import Site, build_site
 from runbooks import RUNBOOKS
 from workflows.guard import ClusterGuardWorkflow
 from workflows.incident import IncidentWorkflow
@@ -33,9 +33,9 @@ from workflows.incident import IncidentWorkflow
 WORKFLOWS = [IncidentWorkflow, ClusterGuardWorkflow, *RUNBOOKS.values()]
 
 
-def build_activities(client: Client, cfg: ClusterConfig, scheduler: Scheduler, task_queue: str) -> list:
-    """Every activity callable, with its dependencies injected."""
-    kt = cfg.kernel_log.path_template if cfg.kernel_log else None
+def build_activities(client: Client, cfg: ClusterConfig, site: Site, task_queue: str) -> list:
+    """Every activity callable, with its dependencies injected (``site``: how the cluster is reached)."""
+    scheduler = site.scheduler
     state = Path(cfg.state_dir)
     external = None
     if cfg.attribution is not None:
@@ -44,21 +44,21 @@ def build_activities(client: Client, cfg: ClusterConfig, scheduler: Scheduler, t
         external = ExternalAttributionClient(cfg.attribution.url, fast_timeout_s=cfg.attribution.fast_timeout_s,
                                              slow_timeout_s=cfg.attribution.slow_timeout_s,
                                              token=cfg.attribution.token())
-    runner = LocalRunner(slurm_conf=cfg.slurm_conf)
-
     async def arm(job_id: str, after_s: float) -> int:
-        return await arm_hold_release(runner, job_id, after_s, cfg.slurm_conf)
+        # on the controller side: this machine, or the login node in SSH mode (fail-open holds)
+        return await arm_hold_release(site.runner, job_id, after_s, cfg.slurm_conf)
 
     # syslog stamps carry no zone: the testbed's kern.log is written on this host, in its local time
     tz = time.localtime().tm_gmtoff if cfg.local_testbed else None
-    ev = EvidenceActivities(scheduler, kt, state / "evidence", cfg.ip_to_node, kernel_log_utc_offset_s=tz)
+    ev = EvidenceActivities(scheduler, site.kernel, state / "evidence", cfg.ip_to_node, kernel_log_utc_offset_s=tz,
+                            logs=site.logs)
     at = AttributionActivities(external)
     py_spy = "py-spy"
     if cfg.local_testbed:  # the nodes are this machine: use the py-spy installed beside Revive
         py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     rm = RemediationActivities(scheduler, arm_hold_release=arm, jobspec_dir=state / "jobspec", py_spy=py_spy)
     js = JobSpecActivities(scheduler, state / "jobspec")
-    vf = VerificationActivities(scheduler)
+    vf = VerificationActivities(scheduler, logs=site.logs)
     au = AuditActivities(Path(cfg.audit_file))
     gd = GuardActivities(client, task_queue)
     return [
@@ -78,19 +78,18 @@ def build_worker(client: Client, cfg: ClusterConfig, scheduler: Scheduler, task_
     tests). ``replace``: activities that stand in for the ones with the same name (tests only)."""
     tq = task_queue or cfg.temporal.task_queue
     subs = {activity_name(f): f for f in replace or []}
-    acts = [subs.pop(activity_name(f), f) for f in build_activities(client, cfg, scheduler, tq)]
+    acts = [subs.pop(activity_name(f), f) for f in build_activities(client, cfg, build_site(cfg, scheduler), tq)]
     return Worker(client, task_queue=tq, workflows=WORKFLOWS, activities=acts + list(subs.values()),
                   graceful_shutdown_timeout=timedelta(seconds=5))
 
 
 async def run_worker(cfg: ClusterConfig, scheduler: Scheduler | None = None) -> None:
     """Run until SIGINT/SIGTERM."""
-    from revive.scheduler.slurm_cli import SlurmCLI
     from revive.temporal import connect
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     client = await connect(cfg.temporal, identity="revive-worker")
-    sched = scheduler or SlurmCLI.from_config(cfg)
+    sched = scheduler or build_site(cfg).scheduler
     worker = build_worker(client, cfg, sched)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

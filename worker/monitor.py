@@ -35,7 +35,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from revive import search_attributes as sa
 from revive.config import ClusterConfig
-from revive.errors import SchedulerError
+from revive.errors import ReviveError, SchedulerError
 from revive.ids import incident_id
 from revive.models import (
     ABNORMAL_END,
@@ -50,6 +50,7 @@ from revive.models import (
 )
 from revive.policy import RecoveryPolicy
 from revive.scheduler.base import Scheduler
+from revive.site import LocalLogs, LogReader, build_site
 from revive.tail import Follower
 from worker.detect import AttemptTracker, fault_family, root_hit
 
@@ -87,13 +88,15 @@ class Monitor:
 
     def __init__(self, cfg: ClusterConfig, policy: RecoveryPolicy, client: Client, scheduler: Scheduler,
                  policy_path: str | None = None, task_queue: str | None = None,
-                 ui_base: str | None = None) -> None:
+                 ui_base: str | None = None, logs: LogReader | None = None) -> None:
         self.cfg, self.policy, self.client, self.scheduler = cfg, policy, client, scheduler
         self.policy_path = policy_path
         self.task_queue = task_queue or cfg.temporal.task_queue
         self.ui_base = ui_base
         state = Path(cfg.state_dir)
         self.follower = Follower(offsets_file=state / "offsets.json", cluster=cfg.name)
+        self.logs: LogReader = logs or LocalLogs(self.follower)
+        """Job logs: local files (``self.follower``), or the login node over SFTP (SSH mode)."""
         self.watches: dict[str, Watch] = {}
         self.started: list[str] = []
         self._last_watchdog = 0.0
@@ -155,7 +158,13 @@ class Monitor:
     async def _follow(self, w: Watch, j: JobRecord, now: float) -> None:
         t = w.tracker
         if j.std_out:
-            for line_no, text in self.follower.read_new(j.std_out):
+            try:
+                new = await self.logs.read_new(j.std_out)
+            except ReviveError as e:  # the login node is unreachable: no lines, no false hang
+                log.warning("log of job %s unreadable for now: %s", j.job_id, e)
+                t.paused_s += self.cfg.logs.poll_interval_s
+                new = []
+            for line_no, text in new:
                 t.feed(text, now)
                 if t.attempt_seen and t.attempt < j.restart_count:
                     continue  # lines of an earlier attempt never open an incident
@@ -247,12 +256,13 @@ async def run_monitor(cfg: ClusterConfig, policy: RecoveryPolicy, policy_path: s
     """Run until SIGINT/SIGTERM."""
     import signal
 
-    from revive.scheduler.slurm_cli import SlurmCLI
     from revive.temporal import connect
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     client = await connect(cfg.temporal, identity="revive-monitor")
-    mon = Monitor(cfg, policy, client, SlurmCLI.from_config(cfg), policy_path=policy_path, ui_base=ui_base)
+    site = build_site(cfg)
+    mon = Monitor(cfg, policy, client, site.scheduler, policy_path=policy_path, ui_base=ui_base,
+                  logs=None if isinstance(site.logs, LocalLogs) else site.logs)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for s in (signal.SIGINT, signal.SIGTERM):

@@ -8,9 +8,9 @@ runbook as a child workflow (act → verify) → close with one audit record.
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
@@ -54,6 +54,8 @@ with workflow.unsafe.imports_passed_through():
     from runbooks import RUNBOOKS
     from workflows.approval import ApprovalGate
 
+MAX_EXTRA_TRIGGERS = 100
+"""Later triggers kept per incident (the monitor sends at most 20; a storm is counted, not stored)."""
 PATCH_SAVE_JOB_SPEC = "save-job-spec"
 """Job specs saved at detection (resubmission). Remove once no incident started before it is open."""
 PATCH_EXTERNAL_IN_BACKGROUND = "external-attribution-in-background"
@@ -77,6 +79,7 @@ class IncidentWorkflow:
         self._extra_triggers: list[str] = []
         self._partition_size = 1
         self._breaker_reason = ""
+        self._dropped_triggers = 0
 
     @workflow.run
     async def run(self, inp: IncidentInput) -> IncidentResult:
@@ -264,7 +267,8 @@ class IncidentWorkflow:
                         attempt=inp.attempt, mode=self._mode.value, trigger=inp.trigger, attribution=a,
                         external_attribution=self._external, plan=plan, decision=d, runbook=runbook,
                         result=result, policy=inp.policy, ignored_decisions=list(self._gate.ignored),
-                        extra_triggers=list(self._extra_triggers)),
+                        extra_triggers=list(self._extra_triggers)
+                        + ([f"{self._dropped_triggers} more trigger(s) not kept"] if self._dropped_triggers else [])),
             start_to_close_timeout=retry.SHORT, retry_policy=retry.READ_ONLY, summary="append audit record",
         )
         await workflow.wait_condition(workflow.all_handlers_finished)
@@ -289,47 +293,50 @@ class IncidentWorkflow:
         return "\n\n".join(lines)
 
     # ---- human in the loop ---------------------------------------------------------------------
+    # Handlers take ``*args``: the SDK then decodes any number of payloads as plain JSON values, so no
+    # argument count or shape can fail a workflow task (a decide signal with no input, two inputs
+    # or a wrong type is recorded and ignored; such an Update is refused by its validator).
     @workflow.update
-    def decide(self, raw: RawValue) -> str:
-        """Approve or reject the plan: ``{"decision": "approve"|"reject", "approver": "...", "note": "..."}``.
-        Takes one raw payload, so no argument shape can fail a workflow task; the validator refuses
-        anything that is not an acceptable decision (nothing is written to history then)."""
-        d = self._decision(raw)
+    def decide(self, *args: Any) -> str:
+        """Approve or reject the plan: ``{"decision": "approve"|"reject", "approver": "...", "note": "..."}``."""
+        d = self._decision(args)
         if isinstance(d, str):  # the validator refused it already; never reached
             raise ValueError(d)
         self._gate.offer(d)
         return f"{d.decision} accepted from {d.approver}"
 
     @decide.validator
-    def _validate_decide(self, raw: RawValue) -> None:
-        d = self._decision(raw)
+    def _validate_decide(self, *args: Any) -> None:
+        d = self._decision(args)
         why = d if isinstance(d, str) else self._gate.problem(d)
         if why:
             raise ValueError(why)
 
     @workflow.signal(name="decide")
-    def decide_signal(self, raw: RawValue) -> None:
+    def decide_signal(self, *args: Any) -> None:
         """Same payload as the Update, for the Web UI and ``temporal workflow signal``. A signal
         cannot be refused, so a payload that is not a valid decision is recorded and ignored."""
-        d = self._decision(raw)
+        d = self._decision(args)
         if isinstance(d, str):
             self._gate.ignored.append(f"invalid decide signal: {d}")
             return
         self._gate.offer(d)
 
     @staticmethod
-    def _decision(raw: RawValue) -> Decision | str:
-        try:
-            data = workflow.payload_converter().from_payload(raw.payload)
-        except Exception as e:  # noqa: BLE001 - any undecodable payload is a refusal, never fatal
-            return f"undecodable payload: {type(e).__name__}: {str(e)[:200]}"
-        return parse_decision(data)
+    def _decision(args: tuple[Any, ...]) -> Decision | str:
+        if len(args) != 1:
+            return f"expected one payload {{decision, approver, note}}, got {len(args)}"
+        return parse_decision(args[0])
 
     @workflow.signal
-    def add_trigger(self, text: str) -> None:
-        """Later triggers of the same attempt (recorded; the incident is already open)."""
-        if len(self._extra_triggers) < 100:
-            self._extra_triggers.append(cap_line(text))
+    def add_trigger(self, *args: Any) -> None:
+        """Later triggers of the same attempt (recorded; the incident is already open). Any payload
+        is recorded as capped text; at most ``MAX_EXTRA_TRIGGERS`` are kept, later ones counted."""
+        if len(self._extra_triggers) >= MAX_EXTRA_TRIGGERS:
+            self._dropped_triggers += 1
+            return
+        text = args[0] if len(args) == 1 and isinstance(args[0], str) else repr(args)
+        self._extra_triggers.append(cap_line(text))
 
     @workflow.query
     def status(self) -> dict[str, object]:

@@ -279,14 +279,14 @@ class DcgmTracker:
                 out.append(self._ev("xid", cur, f"{where}: last Xid {x:g} (field newly present)", XID, x, None,
                                     xid=int(x), first_scrape=False))
         # exporter's per-Xid window count, where enabled
-        for name, v in cur.metrics.items():
-            if not name.startswith(XID_COUNT + "{xid=") or not isinstance(v, (int, float)):
+        for name, raw in cur.metrics.items():
+            if not name.startswith(XID_COUNT + "{xid=") or not isinstance(raw, (int, float)):
                 continue
             pv = _num(prev, name) if prev else None
             xid = name[len(XID_COUNT) + 5:].split("}")[0]
-            if v > 0 and ((first and self.report_initial) or (not first and v > (pv or 0))):
+            if raw > 0 and ((first and self.report_initial) or (not first and raw > (pv or 0))):
                 out.append(self._ev("xid", cur, f"{where}: Xid {xid} count in the exporter window "
-                                    f"{_fmt(pv if pv is not None else 0.0)} → {v:g}", name, float(v), pv,
+                                    f"{_fmt(pv if pv is not None else 0.0)} → {raw:g}", name, float(raw), pv,
                                     xid=int(xid) if xid.isdigit() else xid, first_scrape=first))
         # double-bit ECC, uncorrectable remapped rows: a rise
         for metric, kind, what in ((DBE_VOL, "ecc_dbe", "volatile double-bit ECC errors"),
@@ -308,19 +308,19 @@ class DcgmTracker:
         return out
 
     def _slow_nodes(self, now: datetime) -> list[GpuEvidence]:
-        fresh = [s for s in self.previous.values()
+        fresh = [(s.node, s) for s in self.previous.values()
                  if s.node and (s.timestamp is None or now - s.timestamp <= self.max_age)]
-        activity = SM_ACTIVE if any(_num(s, SM_ACTIVE) is not None for s in fresh) else GPU_UTIL
+        activity = SM_ACTIVE if any(_num(s, SM_ACTIVE) is not None for _, s in fresh) else GPU_UTIL
         slow_now: dict[str, GpuEvidence] = {}
         for metric, ratio, label, unit in ((SM_CLOCK, self.slow_ratio, "SM clock", " MHz"),
                                            (activity, self.activity_ratio,
                                             "SM activity" if activity == SM_ACTIVE else "GPU utilisation",
                                             "" if activity == SM_ACTIVE else " %")):
             per_node: dict[str, list[float]] = {}
-            for s in fresh:
+            for node, s in fresh:
                 v = _num(s, metric)
                 if v is not None and (v > 0 or metric != SM_CLOCK):  # a 0 MHz clock is a missing reading
-                    per_node.setdefault(s.node, []).append(v)
+                    per_node.setdefault(node, []).append(v)
             if len(per_node) < self.min_nodes:
                 continue
             med = {n: statistics.median(v) for n, v in per_node.items()}

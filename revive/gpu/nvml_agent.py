@@ -234,7 +234,9 @@ class NvmlReader:
 
     def __init__(self, nvml: ModuleType | Any | None = None, node: str | None = None) -> None:
         if nvml is None:
-            import pynvml as nvml  # nvidia-ml-py; importing needs no driver, nvmlInit does
+            import pynvml  # nvidia-ml-py; importing needs no driver, nvmlInit does
+
+            nvml = pynvml
         self.nvml = nvml
         self.node = node or socket.gethostname()
         self._lock = threading.RLock()
@@ -286,14 +288,16 @@ class NvmlReader:
                 self._handles.append(h)
                 if h is not None:
                     try:
-                        g.uuid = self._field(g, "uuid", lambda h=h: _s(n.nvmlDeviceGetUUID(h)))
-                        g.pci_bus_id = self._field(g, "pci_bus_id",
-                                                   lambda h=h: _s(n.nvmlDeviceGetPciInfo(h).busId).lower())
-                        g.name = self._field(g, "name", lambda h=h: _s(n.nvmlDeviceGetName(h)))
+                        self._read_identity(n, h, g)
                     except _GpuLost:
                         pass
                 self._static.append(g)
         return self
+
+    def _read_identity(self, n: Any, h: Any, g: GpuReading) -> None:
+        g.uuid = self._field(g, "uuid", lambda: _s(n.nvmlDeviceGetUUID(h)))
+        g.pci_bus_id = self._field(g, "pci_bus_id", lambda: _s(n.nvmlDeviceGetPciInfo(h).busId).lower())
+        g.name = self._field(g, "name", lambda: _s(n.nvmlDeviceGetName(h)))
 
     def close(self) -> None:
         """Free the event set and shut NVML down; waits for an in-flight :meth:`wait_xid` (at most
@@ -367,8 +371,10 @@ class NvmlReader:
         for counter, cname in ((n.NVML_VOLATILE_ECC, "volatile"), (n.NVML_AGGREGATE_ECC, "aggregate")):
             for etype, ename in ((n.NVML_MEMORY_ERROR_TYPE_CORRECTED, "corrected"),
                                  (n.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, "uncorrected")):
-                self._value(g, f"ecc_{cname}_{ename}",
-                            lambda e=etype, c=counter: n.nvmlDeviceGetTotalEccErrors(h, e, c))
+                def ecc_errors(e: Any = etype, c: Any = counter) -> Any:
+                    return n.nvmlDeviceGetTotalEccErrors(h, e, c)
+
+                self._value(g, f"ecc_{cname}_{ename}", ecc_errors)
         self._value(g, "retired_pages_sbe", lambda: len(n.nvmlDeviceGetRetiredPages(
             h, n.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS)))
         self._value(g, "retired_pages_dbe", lambda: len(n.nvmlDeviceGetRetiredPages(
@@ -420,7 +426,10 @@ class NvmlReader:
                 continue
             got: dict[str, float] = {}
             for cid, label in counters:
-                v = self._field(g, f"nvlink{link}.{label}", lambda c=cid, lk=link: n.nvmlDeviceGetNvLinkErrorCounter(h, lk, c))
+                def error_counter(c: Any = cid, lk: int = link) -> Any:
+                    return n.nvmlDeviceGetNvLinkErrorCounter(h, lk, c)
+
+                v = self._field(g, f"nvlink{link}.{label}", error_counter)
                 if v is not None:
                     got[label] = float(v)
             g.nvlink[link] = got
@@ -627,17 +636,17 @@ class NvmlCollector:
             for fname, why in sorted(gr.unavailable.items()):
                 unavail.add_metric(lab + [fname, why[:200]], 1)
         for idx, why in sorted(self.reader.xid_unavailable.items()):
-            gr = by_index.get(idx)
-            lab = [r.node, str(idx), (gr.uuid if gr else "") or "", (gr.pci_bus_id if gr else "") or ""]
+            dev = by_index.get(idx)
+            lab = [r.node, str(idx), (dev.uuid if dev else "") or "", (dev.pci_bus_id if dev else "") or ""]
             unavail.add_metric(lab + ["xid_events", why[:200]], 1)
         counts, last = self.xid_stats.snapshot()
-        for (idx, xid), n_ev in sorted(counts.items(), key=lambda kv: (kv[0][0] if kv[0][0] is not None else -1, kv[0][1])):
-            gr = by_index.get(idx) if idx is not None else None
-            lab = [r.node, "" if idx is None else str(idx), (gr.uuid if gr else "") or "", (gr.pci_bus_id if gr else "") or ""]
+        for (ev_idx, xid), n_ev in sorted(counts.items(), key=lambda kv: (kv[0][0] if kv[0][0] is not None else -1, kv[0][1])):
+            dev = by_index.get(ev_idx) if ev_idx is not None else None
+            lab = [r.node, "" if ev_idx is None else str(ev_idx), (dev.uuid if dev else "") or "", (dev.pci_bus_id if dev else "") or ""]
             xid_total.add_metric(lab + [str(xid)], n_ev)
-        for idx, xid in sorted(last.items(), key=lambda kv: -1 if kv[0] is None else kv[0]):
-            gr = by_index.get(idx) if idx is not None else None
-            lab = [r.node, "" if idx is None else str(idx), (gr.uuid if gr else "") or "", (gr.pci_bus_id if gr else "") or ""]
+        for ev_idx, xid in sorted(last.items(), key=lambda kv: -1 if kv[0] is None else kv[0]):
+            dev = by_index.get(ev_idx) if ev_idx is not None else None
+            lab = [r.node, "" if ev_idx is None else str(ev_idx), (dev.uuid if dev else "") or "", (dev.pci_bus_id if dev else "") or ""]
             last_xid.add_metric(lab, xid)
         yield from (info, lost, ecc, retired, retired_pending, remapped, remap_pending, remap_failure, sm, reasons,
                     reason, temp, power, nvl, unavail, xid_total, last_xid)

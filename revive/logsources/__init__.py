@@ -87,9 +87,9 @@ def from_config(cfg: Mapping[str, Any] | LogSourceConfig, **kw: Any) -> LogSourc
         c = cfg if isinstance(cfg, LogSourceConfig) else LogSourceConfig.model_validate(dict(cfg))
     except ValidationError as e:
         raise ConfigError(f"logs: {e}") from e
-    common = dict(limit=c.limit, lookback_s=c.lookback_s, settle_s=c.settle_s,
-                  reorder_window_s=c.reorder_window_s, follow=c.follow, timeout_s=c.timeout_s,
-                  max_window_s=c.max_window_s, tail_reorder_s=c.tail_reorder_s)
+    common: dict[str, Any] = dict(limit=c.limit, lookback_s=c.lookback_s, settle_s=c.settle_s,
+                                  reorder_window_s=c.reorder_window_s, follow=c.follow, timeout_s=c.timeout_s,
+                                  max_window_s=c.max_window_s, tail_reorder_s=c.tail_reorder_s)
     try:
         if c.backend == "file":
             from revive.logsources.files import FileLogSource

@@ -548,7 +548,8 @@ class HttpLogSource:
         k = sel.key()
         st = self._streams.get(k)
         if st is None:
-            st = StreamState(sel=sel, cursor=self._restored.pop(k, None) or StreamCursor())
+            restored = self._restored.pop(k, None)
+            st = StreamState(sel=sel, cursor=restored or StreamCursor())
             self._streams[k] = st
         return st
 

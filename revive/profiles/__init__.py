@@ -17,6 +17,7 @@ Public API::
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable
 from pathlib import Path
 
 from revive.profiles.model import (
@@ -61,7 +62,11 @@ from revive.profiles.extract import (  # noqa: E402  (extract imports load_built
 )
 
 
-def report(lines, fmt: str = "text", profiles=None) -> str:  # type: ignore[no-untyped-def]
+def report(
+    lines: Iterable[str | bytes],
+    fmt: str = "text",
+    profiles: ProgressExtractor | ProfileSet | Iterable[Profile] | None = None,
+) -> str:
     """Summarize ``lines`` (an iterable of str/bytes log lines) and render it: ``fmt="text"`` a short
     human-readable report, ``fmt="json"`` the ``ProgressSummary`` as JSON. Pure: the caller reads
     the file. ``profiles``: a ``ProfileSet`` / ``ProgressExtractor`` (default: built-in)."""

@@ -147,7 +147,11 @@ class RemoteFollower:
         cluster: str = "local",
     ) -> None:
         self._factory = conn_factory
-        self.name = name or getattr(conn_factory, "label", "login")
+        if name:
+            self.name = name
+        else:  # typed local: `name or getattr(...)` would infer the default as `str | None` from `name`
+            label: str = getattr(conn_factory, "label", "login")
+            self.name = label
         self.op_timeout_s = op_timeout_s
         self.backoff_initial_s = backoff_initial_s
         self.backoff_max_s = backoff_max_s

@@ -120,12 +120,13 @@ class SSHRunner:
         self._lock = asyncio.Lock()
 
     @classmethod
-    def from_config(cls, ssh, slurm_conf: str | None = None, host: str | None = None) -> SSHRunner:
-        """From a ``revive.config.SSHAccess``; ``host`` overrides (e.g. a compute node)."""
+    def from_config(cls, ssh, slurm_conf: str | None = None, host: str | None = None,  # noqa: ANN001
+                    port: int | None = None) -> SSHRunner:
+        """From a ``revive.config.SSHAccess``; ``host``/``port`` override (e.g. a compute node)."""
         return cls(
             host=host or ssh.host,
             user=ssh.user,
-            port=ssh.port,
+            port=port or ssh.port,
             known_hosts=ssh.known_hosts,
             key_file=ssh.key_file,
             key=ssh.private_key(),

@@ -25,6 +25,7 @@ import re
 from collections.abc import Callable
 from datetime import UTC, datetime
 
+from revive.config import ClusterConfig
 from revive.errors import JobNotFound, SchedulerCommandError, SchedulerUnavailable
 from revive.models import JobRecord, NodeRecord
 from revive.scheduler.hostlist import compress_hostlist, expand_hostlist
@@ -219,22 +220,25 @@ class SlurmCLI:
         self.timeout_s = timeout_s
 
     @classmethod
-    def from_config(cls, cfg) -> SlurmCLI:
-        """From a ``revive.config.ClusterConfig``."""
+    def from_config(cls, cfg: ClusterConfig, runner: CommandRunner | None = None) -> SlurmCLI:
+        """From a ``revive.config.ClusterConfig``. ``runner`` reuses an existing login-node
+        runner (``revive.site``); by default one is built from the config."""
         sched = cfg.scheduler
-        if sched.mode == "ssh":
-            runner: CommandRunner = SSHRunner.from_config(sched.ssh, slurm_conf=cfg.slurm_conf)
-
+        if sched.mode == "ssh" and sched.ssh is not None:
+            ssh = sched.ssh
+            runner = runner or SSHRunner.from_config(ssh, slurm_conf=cfg.slurm_conf)
+            addresses = ssh.node_addresses() or {}
             node_runners: dict[str, CommandRunner] = {}
 
             def node_runner(node: str) -> CommandRunner:
                 if node not in node_runners:  # one (lazily opened) connection per node
-                    node_runners[node] = SSHRunner.from_config(sched.ssh, host=node)
+                    host, port = addresses.get(node, (node, ssh.port))
+                    node_runners[node] = SSHRunner.from_config(ssh, host=host, port=port)
                 return node_runners[node]
 
             return cls(runner, cfg.name, cfg.slurm_conf, local_testbed=cfg.local_testbed,
                        node_runner=node_runner, timeout_s=sched.command_timeout_s)
-        return cls(LocalRunner(cfg.slurm_conf), cfg.name, cfg.slurm_conf,
+        return cls(runner or LocalRunner(cfg.slurm_conf), cfg.name, cfg.slurm_conf,
                    local_testbed=cfg.local_testbed, timeout_s=sched.command_timeout_s)
 
     # ---- plumbing -----------------------------------------------------------------------------
@@ -344,13 +348,15 @@ class SlurmCLI:
                                job_id=str(job_id))
 
     async def run_on_node(self, node: str, argv: list[str], timeout_s: float = 30.0) -> tuple[int, str]:
-        if self.local_testbed:
+        if self.node_runner is not None:
+            # on the local testbed every node is this machine: SLURMD_NODENAME picks its slurmd
+            env = {"SLURMD_NODENAME": node} if self.local_testbed else None
+            rc, out, err = await self.node_runner(node).run(argv, timeout_s=timeout_s, env=env)
+        elif self.local_testbed:
             runner: CommandRunner = (
                 self.runner if isinstance(self.runner, LocalRunner) else LocalRunner(self.slurm_conf)
             )
             rc, out, err = await runner.run(argv, timeout_s=timeout_s, env={"SLURMD_NODENAME": node})
-        elif self.node_runner is not None:
-            rc, out, err = await self.node_runner(node).run(argv, timeout_s=timeout_s)
         else:
             raise SchedulerCommandError(
                 list(argv), -1,

@@ -78,3 +78,28 @@ async def test_engine_failure_falls_back_to_unknown(monkeypatch):
     monkeypatch.setattr(act, "attribute", boom)  # the engine the activity runs (no catch-all inside it)
     a = await AttributionActivities().attribute(EvidenceBundle(trigger=Trigger(kind=TriggerKind.no_progress, at=NOW)))
     assert a.category.value == "hang" and a.domain.value == "unknown" and "bug" in a.explanation
+
+
+async def test_no_hold_without_an_armed_release():
+    """Fail-open: when the hold release cannot be armed, the exclusion (which needs a hold) is refused
+    and nothing is held or requeued."""
+    from temporalio.exceptions import ApplicationError
+
+    from activities.remediation import RemediationActivities
+    from revive.models import JobIdentity, RequeueInput
+
+    sched = FakeScheduler(cluster="c", jobs=[JobRecord(job_id="5", user="u", name="train", state="FAILED",
+                                                       nodes=["node1", "node2"])])
+
+    async def not_armed(job_id: str, after_s: float) -> int:
+        return 0
+
+    rm = RemediationActivities(sched, arm_hold_release=not_armed)
+    try:
+        await rm.requeue_job(RequeueInput(incident_id="i", job=JobIdentity(job_id="5", user="u", name="train"),
+                                          exclude_nodes=["node2"]))
+    except ApplicationError as e:
+        assert e.type == "HoldReleaseNotArmed" and e.non_retryable
+    else:
+        raise AssertionError("expected a refusal")
+    assert sched.mutating_calls == []

@@ -1,6 +1,7 @@
 """End to end: the real local Slurm cluster, a Temporal dev server, the production worker and the
 monitor, and a real two-rank torch job with an injected fault. These fail (never skip) when torch,
-Slurm or Temporal is missing."""
+Slurm or Temporal is missing. The tests that take the ``cluster`` fixture run twice: with local
+access and through the SSH login node only (``tests/e2e/conftest.py``)."""
 
 from __future__ import annotations
 
@@ -34,8 +35,8 @@ def job_box(slurm_cluster):
     hs.cleanup(slurm_cluster, box["job"])
 
 
-async def test_xid79_on_node2_auto_drains_and_recovers(slurm_cluster, local_env, tmp_path, job_box):
-    cfg = slurm_cluster
+async def test_xid79_on_node2_auto_drains_and_recovers(cluster, local_env, tmp_path, job_box):
+    cfg = cluster  # local, or only through the SSH login node
     async with Harness(cfg, local_env.client, auto_policy(), tmp_path) as h:
         job, log, marker = hs.submit_train(cfg, "xid79", tmp_path / "run", comment=h.comment)
         job_box["job"] = job
@@ -53,8 +54,8 @@ async def test_xid79_on_node2_auto_drains_and_recovers(slurm_cluster, local_env,
     assert res.detected_at.timestamp() - hs.fault_time(marker) < 30
 
 
-async def test_crash_requeues_without_drain(slurm_cluster, local_env, tmp_path, job_box):
-    cfg = slurm_cluster
+async def test_crash_requeues_without_drain(cluster, local_env, tmp_path, job_box):
+    cfg = cluster  # local, or only through the SSH login node
     async with Harness(cfg, local_env.client, auto_policy(), tmp_path) as h:
         job, log, marker = hs.submit_train(cfg, "crash", tmp_path / "run", comment=h.comment)
         job_box["job"] = job
@@ -66,8 +67,8 @@ async def test_crash_requeues_without_drain(slurm_cluster, local_env, tmp_path, 
     hs.assert_not_drained(cfg, hs.fault_node(marker))
 
 
-async def test_hang_is_detected_within_the_window_and_recovers(slurm_cluster, local_env, tmp_path, job_box):
-    cfg = slurm_cluster
+async def test_hang_is_detected_within_the_window_and_recovers(cluster, local_env, tmp_path, job_box):
+    cfg = cluster  # local, or only through the SSH login node
     pol = auto_policy()
     async with Harness(cfg, local_env.client, pol, tmp_path) as h:
         job, log, marker = hs.submit_train(cfg, "hang", tmp_path / "run", comment=h.comment)
@@ -79,10 +80,16 @@ async def test_hang_is_detected_within_the_window_and_recovers(slurm_cluster, lo
     window = pol.hang.floor.total_seconds()
     detect_s = res.detected_at.timestamp() - hs.fault_time(marker)
     assert window <= detect_s + 1 and detect_s < window + 10, detect_s
+    # diagnostics were taken on the nodes themselves (scontrol listpids + py-spy), before the requeue
+    import json
+
+    rec = next(json.loads(x) for x in (tmp_path / "audit.jsonl").read_text().splitlines() if iid in x)
+    diag = rec["runbook"]["diagnostics"]
+    assert any(k.startswith("py-spy") and "Thread" in v for k, v in diag.items()), diag
 
 
-async def test_observe_mode_waits_then_runs_the_plan(slurm_cluster, local_env, tmp_path, job_box):
-    cfg = slurm_cluster
+async def test_observe_mode_waits_then_runs_the_plan(cluster, local_env, tmp_path, job_box):
+    cfg = cluster  # local, or only through the SSH login node
     async with Harness(cfg, local_env.client, RecoveryPolicy(verify={"timeout": 240}), tmp_path) as h:
         job, log, marker = hs.submit_train(cfg, "xid79", tmp_path / "run", comment=h.comment)
         job_box["job"] = job
@@ -103,8 +110,8 @@ async def test_observe_mode_waits_then_runs_the_plan(slurm_cluster, local_env, t
     hs.assert_drained(cfg, bad)
 
 
-async def test_reject_runs_nothing(slurm_cluster, local_env, tmp_path, job_box):
-    cfg = slurm_cluster
+async def test_reject_runs_nothing(cluster, local_env, tmp_path, job_box):
+    cfg = cluster  # local, or only through the SSH login node
     async with Harness(cfg, local_env.client, RecoveryPolicy(), tmp_path) as h:
         job, _, _ = hs.submit_train(cfg, "crash", tmp_path / "run", comment=h.comment)
         job_box["job"] = job

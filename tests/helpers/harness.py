@@ -17,7 +17,7 @@ from pathlib import Path
 from revive.models import IncidentResult
 from revive.policy import RecoveryPolicy
 from revive.scheduler.fake import RecordingScheduler
-from revive.scheduler.slurm_cli import SlurmCLI
+from revive.site import build_site
 from worker.main import build_worker
 from worker.monitor import Monitor
 
@@ -41,9 +41,11 @@ class Harness:
         self.policy = policy.model_copy(update={"opt_in": policy.opt_in.model_copy(update={"comment_key": self.tag})})
         self.client = client
         self.tmp = tmp
-        self.sched = RecordingScheduler(SlurmCLI.from_config(self.cfg), record_file=tmp / "calls.jsonl")
+        site = build_site(self.cfg)  # local files, or the login node over SSH; reads from CLI or slurmrestd
+        self.sched = RecordingScheduler(site.scheduler, record_file=tmp / "calls.jsonl")
         self.tq = f"e2e-{self.tag}"
-        self.monitor = Monitor(self.cfg, self.policy, client, SlurmCLI.from_config(self.cfg), task_queue=self.tq)
+        self.monitor = Monitor(self.cfg, self.policy, client, site.scheduler, task_queue=self.tq,
+                               logs=site.logs)
         self.stop = asyncio.Event()
 
     @property

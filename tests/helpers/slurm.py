@@ -13,7 +13,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def slurm_env(cfg) -> dict[str, str]:
+    """The environment for the tests' own cluster operations (as the cluster's user, not Revive):
+    the failing stand-ins of SSH-mode tests (``REVIVE_TEST_NO_SLURM_DIR``) are left off PATH."""
     env = dict(os.environ)
+    standins = env.pop("REVIVE_TEST_NO_SLURM_DIR", None)
+    if standins:
+        env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if p != standins)
     if cfg.slurm_conf:
         env["SLURM_CONF"] = cfg.slurm_conf
     return env

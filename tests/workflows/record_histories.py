@@ -2,10 +2,17 @@
 
     .venv/bin/python -m tests.workflows.record_histories
 
-Runs three incidents on an in-memory dev server with the production worker over a FakeScheduler
-and writes each workflow's history (incident + runbook child) to ``tests/histories/*.json``.
+Runs incidents on an in-memory dev server with the production worker over a FakeScheduler and
+writes each workflow's history (incident + runbook child) to ``tests/histories/*.json``, then drives
+the per-cluster ``ClusterGuardWorkflow`` directly and writes its histories too.
 Recordings are kept per ``TAG``: v1 predates ``workflow.patched("save-job-spec")``, v2 has it, v3 also has
-``workflow.patched("external-attribution-in-background")``.
+``workflow.patched("external-attribution-in-background")``; v4 adds one incident per runbook
+(restart_in_place, hang, straggler, requeue_exclude) and the guard workflow (one run fetched while
+running, one closed by continue-as-new), so every type in ``worker.main.WORKFLOWS`` has a history.
+
+After recording, refresh the command fingerprints (``tests/workflows/test_fingerprints.py``):
+
+    REVIVE_UPDATE_FINGERPRINTS=1 .venv/bin/python -m pytest -q -p no:cacheprovider tests/workflows/test_fingerprints.py
 """
 
 from __future__ import annotations
@@ -19,29 +26,38 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from temporalio.client import WorkflowExecutionStatus  # noqa: E402
 from temporalio.contrib.pydantic import pydantic_data_converter  # noqa: E402
 from temporalio.testing import WorkflowEnvironment  # noqa: E402
+from temporalio.worker import Worker  # noqa: E402
 
 from revive import search_attributes as rsa  # noqa: E402
+from revive.decide.breaker import DrainGrantInput, GuardInput  # noqa: E402
 from revive.models import Decision  # noqa: E402
-from revive.policy import RecoveryPolicy  # noqa: E402
+from revive.policy import BreakerPolicy, RecoveryPolicy  # noqa: E402
 from revive.temporal import temporal_cli_path  # noqa: E402
-from tests.helpers.builders import fake_cluster, incident  # noqa: E402
+from tests.helpers.builders import T0, fake_cluster, incident, resume_lines, trigger_for  # noqa: E402
 from worker.main import build_worker  # noqa: E402
+from workflows.guard import ClusterGuardWorkflow  # noqa: E402
 from workflows.incident import IncidentWorkflow  # noqa: E402
 
 OUT = ROOT / "tests" / "histories"
-TAG = "v3"
+TAG = "v4"
 """Bump when recording after a workflow change; keep older files: they must still replay."""
 
 
-async def record(env, name: str, fault: str, policy: RecoveryPolicy, decide: Decision | None, resumed: bool) -> None:
+async def record(env, name: str, fault: str, policy: RecoveryPolicy, decide: Decision | None, resumed: bool,
+                 expect_runbook: str | None = None, resume_after_requeue: int | None = None) -> None:
+    """One incident. ``resume_after_requeue``: append the requeued attempt's lines (resumed from that
+    checkpoint) only once the runbook has requeued the job (the straggler log must not show a
+    restart before then)."""
     tmp = Path(tempfile.mkdtemp())
     sched, cfg, log = fake_cluster(tmp, fault, resumed=resumed)
     tq = f"rec-{uuid.uuid4().hex[:6]}"
     iid = f"fake-7-20261129T150400-a0-{name}-{TAG}"
     async with build_worker(env.client, cfg, sched, task_queue=tq):
-        h = await env.client.start_workflow(IncidentWorkflow.run, incident(log, policy, iid), id=iid, task_queue=tq)
+        h = await env.client.start_workflow(IncidentWorkflow.run, incident(log, policy, iid, trigger=trigger_for(fault)),
+                                            id=iid, task_queue=tq)
         if decide:
             for _ in range(200):
                 try:
@@ -51,12 +67,63 @@ async def record(env, name: str, fault: str, policy: RecoveryPolicy, decide: Dec
                     pass
                 await asyncio.sleep(0.05)
             await h.execute_update("decide", decide)
+        if resume_after_requeue is not None:
+            for _ in range(400):
+                if (await sched.get_job("7")).restart_count > 0:
+                    break
+                await asyncio.sleep(0.05)
+            else:
+                raise RuntimeError(f"{name}: the job was never requeued")
+            with log.open("a") as f:
+                f.write(resume_lines(resume_after_requeue))
         res = await h.result()
-        print(name, res.outcome.value, res.reason)
+        print(name, res.outcome.value, res.rule, res.reason)
         (OUT / f"{iid}.json").write_text((await h.fetch_history()).to_json())
         if res.outcome.value in ("recovered", "not_recovered"):
             child = env.client.get_workflow_handle(f"{iid}.runbook")
+            desc = await child.describe()
+            if expect_runbook and desc.workflow_type != expect_runbook:
+                raise RuntimeError(f"{name}: ran {desc.workflow_type}, expected {expect_runbook}")
             (OUT / f"{iid}.runbook.json").write_text((await child.fetch_history()).to_json())
+        elif expect_runbook:
+            raise RuntimeError(f"{name}: closed {res.outcome.value} ({res.rule}) without running {expect_runbook}")
+
+
+def _drain(cluster: str, incident_id: str, node: str, approved_by: str | None = None) -> DrainGrantInput:
+    return DrainGrantInput(incident_id=incident_id, cluster=cluster, partition="debug", nodes=[node], partition_size=4,
+                           policy=BreakerPolicy(max_fraction=0.25, max_nodes=10), now=T0, approved_by=approved_by)
+
+
+async def record_guard(env) -> None:
+    """The guard twice: a run fetched while still running (granted, refused by the breaker, then
+    approved over it), and a run closed by continue-as-new after two requests."""
+    cluster = "fake"
+    tq = f"rec-{uuid.uuid4().hex[:6]}"
+    async with Worker(env.client, task_queue=tq, workflows=[ClusterGuardWorkflow]):
+        wid = f"revive-guard-{cluster}-running-{TAG}"
+        h = await env.client.start_workflow(ClusterGuardWorkflow.run, GuardInput(cluster=cluster), id=wid, task_queue=tq)
+        for req in (_drain(cluster, "inc-1", "node2"), _drain(cluster, "inc-2", "node3"),
+                    _drain(cluster, "inc-2", "node3", approved_by="oncall-alice")):
+            g = await h.execute_update(ClusterGuardWorkflow.request_drain, req)
+            print("guard", req.incident_id, g.granted, g.reason)
+        (OUT / f"{wid}.json").write_text((await h.fetch_history()).to_json())
+        await h.terminate("recorded")
+
+        wid = f"revive-guard-{cluster}-continued-{TAG}"
+        h = await env.client.start_workflow(ClusterGuardWorkflow.run, GuardInput(cluster=cluster, continue_as_new_after=2),
+                                            id=wid, task_queue=tq)
+        first = env.client.get_workflow_handle(wid, run_id=h.result_run_id)
+        for req in (_drain(cluster, "inc-1", "node2"), _drain(cluster, "inc-2", "node3")):
+            await h.execute_update(ClusterGuardWorkflow.request_drain, req)
+        for _ in range(200):
+            if (await first.describe()).status == WorkflowExecutionStatus.CONTINUED_AS_NEW:
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise RuntimeError("guard did not continue as new")
+        print("guard continued as new")
+        (OUT / f"{wid}.json").write_text((await first.fetch_history()).to_json())
+        await env.client.get_workflow_handle(wid).terminate("recorded")
 
 
 async def main() -> None:
@@ -72,6 +139,13 @@ async def main() -> None:
         await record(env, "gpu-observe-rejected", "xid79", RecoveryPolicy(),
                      Decision(decision="reject", approver="oncall-bob"), False)
         await record(env, "app-stopped", "app", RecoveryPolicy(mode="auto"), None, False)
+        auto = RecoveryPolicy(mode="auto", verify=fast)
+        await record(env, "crash-restarted", "segfault", auto, None, True, expect_runbook="RestartInPlaceRunbook")
+        await record(env, "hang-restarted", "hang", auto, None, True, expect_runbook="HangRunbook")
+        await record(env, "straggler-excluded", "straggler", auto, None, False, expect_runbook="StragglerRunbook",
+                     resume_after_requeue=40)
+        await record(env, "node-fail-excluded", "node_fail", auto, None, True, expect_runbook="RequeueExcludeRunbook")
+        await record_guard(env)
     finally:
         await env.shutdown()
 

@@ -135,3 +135,28 @@ async def test_identity_mismatch_is_refused(ts_env, tmp_path):
     res = await _run(ts_env, sched, cfg, incident(log, RecoveryPolicy(mode="auto")))
     assert res.outcome == IncidentOutcome.stopped and "JobIdentityMismatch" in res.reason
     assert sched.mutating_calls == []
+
+
+async def test_malformed_and_oversized_signals_never_wedge_the_incident(ts_env, tmp_path):
+    """decide/add_trigger with no input, two inputs, the wrong shape or a huge payload are recorded
+    and ignored; the incident still takes a valid decision and closes with its audit record."""
+    sched, cfg, log = fake_cluster(tmp_path, "xid79")
+    pol = RecoveryPolicy(approval={"timeout": 3600})
+
+    async def during(h):
+        await _wait_state(h, "awaiting_approval")
+        await h.signal("decide")  # no input
+        await h.signal("decide", args=[{"decision": "approve"}, "extra"])  # two inputs
+        await h.signal("decide", {"decision": "approve", "approver": "x" * 300_000})  # oversized approver
+        await h.signal("add_trigger")
+        await h.signal("add_trigger", args=["a", "b"])
+        await h.signal("add_trigger", {"not": "text"})
+        for _ in range(120):
+            await h.signal("add_trigger", "y" * 10_000)
+        await h.execute_update("decide", Decision(decision="reject", approver="bob"))
+
+    res = await _run(ts_env, sched, cfg, incident(log, pol), during)
+    assert res.outcome == IncidentOutcome.rejected and res.decided_by == "bob"
+    rec = (tmp_path / "audit.jsonl").read_text()
+    assert "invalid decide signal" in rec and "more trigger(s) not kept" in rec
+    assert len(rec) < 2_000_000 and sched.mutating_calls == []

@@ -1,0 +1,137 @@
+"""``revive config check``: validate a cluster config and try every endpoint it names.
+
+Each check returns one ``CheckRow`` (what, target, ok, detail). Secrets are resolved (the files
+and variables are read) but never printed: a row says only that the secret was found and how
+long it is. Endpoints tried: the Slurm CLI (locally or on the SSH login node: ``scontrol ping``),
+slurmrestd (``/ping`` with the JWT), the Temporal frontend (connect + namespace), job logs (the
+first readable job log through the site's reader), and each node's kernel log (through the jump
+host in SSH mode). Nothing here changes the cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+
+from revive.config import ClusterConfig
+from revive.errors import ConfigError, ReviveError
+
+
+@dataclass
+class CheckRow:
+    what: str
+    target: str
+    ok: bool
+    detail: str
+    seconds: float = 0.0
+
+
+def _secret_rows(cfg: ClusterConfig) -> list[CheckRow]:
+    rows: list[CheckRow] = []
+    ssh = cfg.scheduler.ssh
+    if ssh is not None:
+        try:
+            key = ssh.private_key()
+            if key is not None:
+                rows.append(CheckRow("ssh key", f"env {ssh.key_env}", True, f"{len(key)} characters (not shown)"))
+            elif ssh.key_file:
+                from pathlib import Path
+
+                p = Path(ssh.key_file).expanduser()
+                rows.append(CheckRow("ssh key", ssh.key_file, p.is_file(), "readable" if p.is_file() else "missing"))
+        except ConfigError as e:
+            rows.append(CheckRow("ssh key", ssh.key_env or ssh.key_file or "-", False, str(e)))
+        if ssh.known_hosts:
+            from pathlib import Path
+
+            p = Path(ssh.known_hosts).expanduser()
+            rows.append(CheckRow("known_hosts", ssh.known_hosts, p.is_file(),
+                                 "host keys are verified against it" if p.is_file() else "missing: every host refused"))
+    rest = cfg.scheduler.rest
+    if rest is not None:
+        try:
+            tok = rest.token()
+            rows.append(CheckRow("slurmrestd token", rest.token_file or f"env {rest.token_env}", bool(tok),
+                                 f"{len(tok)} characters (not shown)"))
+        except ConfigError as e:
+            rows.append(CheckRow("slurmrestd token", rest.token_file or f"env {rest.token_env}", False, str(e)))
+    return rows
+
+
+async def _timed(what: str, target: str, coro) -> CheckRow:  # noqa: ANN001
+    t0 = time.monotonic()
+    try:
+        ok, detail = await asyncio.wait_for(coro, 30)
+    except (ReviveError, OSError, TimeoutError, RuntimeError) as e:
+        ok, detail = False, f"{type(e).__name__}: {e}"
+    return CheckRow(what, target, ok, detail[:300], round(time.monotonic() - t0, 2))
+
+
+async def check_config(cfg: ClusterConfig) -> list[CheckRow]:
+    """Every row of the check, in order. Never raises for an unreachable endpoint."""
+    from revive.scheduler.slurm_cli import SlurmCLI
+    from revive.site import build_site
+
+    rows = [CheckRow("config", cfg.name, True, f"valid (scheduler {cfg.scheduler.mode}, reads {cfg.scheduler.read})")]
+    rows += _secret_rows(cfg)
+    site = build_site(cfg)
+    where = (f"ssh {cfg.scheduler.ssh.user or ''}@{cfg.scheduler.ssh.host}:{cfg.scheduler.ssh.port}"
+             if cfg.scheduler.ssh and cfg.scheduler.mode == "ssh" else "local")
+    cli = SlurmCLI.from_config(cfg, runner=site.runner)
+
+    async def slurm_cli() -> tuple[bool, str]:
+        ok = await cli.ping()
+        return ok, "scontrol ping: slurmctld answers" if ok else "scontrol ping: slurmctld does not answer"
+
+    rows.append(await _timed("slurm cli", where, slurm_cli()))
+    jobs: list = []
+    if cfg.scheduler.rest is not None:
+        async def rest_ping() -> tuple[bool, str]:
+            ok = await site.scheduler.ping()
+            return ok, "reads from slurmrestd" if ok else "no UP ping"
+
+        if cfg.scheduler.read == "rest":
+            rows.append(await _timed("slurmrestd", cfg.scheduler.rest.url, rest_ping()))
+        else:
+            rows.append(CheckRow("slurmrestd", cfg.scheduler.rest.url, True, "configured, not used (scheduler.read: cli)"))
+
+    async def list_jobs() -> tuple[bool, str]:
+        jobs.extend(await site.scheduler.list_jobs())
+        return True, f"{len(jobs)} job(s) listed"
+
+    rows.append(await _timed("job list", where if cfg.scheduler.read == "cli" else "slurmrestd", list_jobs()))
+
+    async def temporal() -> tuple[bool, str]:
+        from revive.temporal import connect
+
+        client = await connect(cfg.temporal, identity="revive-config-check")
+        await client.service_client.check_health()
+        return True, f"namespace {cfg.temporal.namespace}, task queue {cfg.temporal.task_queue}"
+
+    rows.append(await _timed("temporal", cfg.temporal.address, temporal()))
+    log_path = next((j.std_out for j in jobs if j.std_out), None)
+    if log_path:
+        async def logs() -> tuple[bool, str]:
+            _, size = await site.logs.read_tail(log_path, 4096)
+            return True, f"{size} bytes"
+
+        rows.append(await _timed("job log", ("sftp:" if cfg.logs.over_ssh else "") + log_path, logs()))
+    else:
+        rows.append(CheckRow("job log", "-", True, "no job with a log to read right now"))
+    nodes = sorted({n for j in jobs for n in j.nodes}) or [n.name for n in (await _nodes(site))[:1]]
+    for node in nodes[:4]:
+        async def kern(node: str = node) -> tuple[bool, str]:
+            got = await site.kernel.read(node)
+            return got.available, (f"{len(got.lines)} line(s)" if got.available else f"unavailable: {got.why}")
+
+        rows.append(await _timed("kernel log", node, kern()))
+    await site.close()
+    return rows
+
+
+async def _nodes(site) -> list:  # noqa: ANN001
+    try:
+        return await site.scheduler.get_nodes(None)
+    except ReviveError:
+        return []

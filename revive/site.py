@@ -1,0 +1,245 @@
+"""The site: how Revive reaches one cluster, built once from its ``ClusterConfig``.
+
+One object per concern, each behind an interface, so the worker, the monitor and the CLI never
+branch on "local or SSH":
+
+- ``scheduler``: the ``Scheduler`` (Slurm CLI, locally or on the login node over SSH; reads from
+  slurmrestd when ``scheduler.read`` is ``rest``);
+- ``runner``: where Revive's own commands run on the controller side (the fail-open hold release,
+  a node's health check): this machine, or the login node;
+- ``logs``: a ``LogReader`` — job logs followed from an offset, and the tail of a log for evidence;
+  local files, or the login node's files over SFTP (``logs.over_ssh``);
+- ``kernel``: a ``KernelLogs`` reader — each node's kernel log (Xid lines): a local path template,
+  or the node's file / command through the login node as a jump host (``kernel_log.over_ssh``).
+
+Nothing is installed on the cluster: SSH mode needs only sshd on the login node (and on the nodes,
+for kernel logs and diagnostics).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Protocol
+
+from revive.config import ClusterConfig
+from revive.scheduler.base import Scheduler
+from revive.scheduler.runners import CommandRunner, LocalRunner, SSHRunner
+from revive.tail import Follower
+
+KERNEL_TAIL_BYTES = 1024 * 1024
+"""Bytes of a node's kernel log read per incident (the newest)."""
+
+
+class LogReader(Protocol):
+    """Job logs. Paths are the job's ``StdOut`` as slurmctld reports it (a path on the login node's
+    file system in SSH mode). Lines are ``(1-based line number, text)``, capped (``revive.logline``)."""
+
+    async def read_new(self, path: str) -> list[tuple[int, str]]:
+        """Complete lines ``path`` gained since the last call (missing file → ``[]``)."""
+        ...
+
+    async def read_tail(self, path: str, max_bytes: int) -> tuple[bytes, int]:
+        """The last ``max_bytes`` bytes and the file size. Raises ``OSError`` for the file."""
+        ...
+
+    def fresh(self) -> LogReader:
+        """A reader with its own offsets (verify follows one log without moving the monitor's)."""
+        ...
+
+    def seek(self, path: str, data: bytes, size: int) -> None:
+        """Continue ``path`` after ``data``, the file's last bytes read at ``size`` (``read_tail``):
+        the next ``read_new`` returns only what was written after them."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class KernelLogLines:
+    node: str
+    lines: list[str]
+    available: bool = True
+    why: str | None = None
+    """Why the kernel log could not be read: ``available=False`` is "unknown", never "no Xid"."""
+
+
+class KernelLogs(Protocol):
+    async def read(self, node: str, since: datetime | None = None) -> KernelLogLines: ...
+
+    async def close(self) -> None: ...
+
+
+class LocalLogs:
+    """Local files through ``revive.tail.Follower`` (reads in a thread)."""
+
+    def __init__(self, follower: Follower | None = None) -> None:
+        self.follower = follower or Follower()
+
+    async def read_new(self, path: str) -> list[tuple[int, str]]:
+        return await asyncio.to_thread(self.follower.read_new, path)
+
+    async def read_tail(self, path: str, max_bytes: int) -> tuple[bytes, int]:
+        def tail() -> tuple[bytes, int]:
+            with Path(path).open("rb") as f:
+                f.seek(0, 2)
+                size = f.tell()
+                f.seek(max(0, size - max_bytes))
+                return f.read(), size
+
+        return await asyncio.to_thread(tail)
+
+    def fresh(self) -> LocalLogs:
+        return LocalLogs()
+
+    def seek(self, path: str, data: bytes, size: int) -> None:
+        from revive.tail import TailState
+
+        try:
+            inode = Path(path).stat().st_ino
+        except OSError:
+            return
+        nl = data.rfind(b"\n")
+        self.follower.states[path] = TailState(path=path, inode=inode, offset=size,
+                                               partial=data[nl + 1:] if nl >= 0 else b"")
+
+    async def close(self) -> None:
+        self.follower.save()
+
+
+class LocalKernelLogs:
+    """``kernel_log.path_template`` on this machine (the local testbed, or a shared syslog)."""
+
+    def __init__(self, template: str | None) -> None:
+        self.template = template
+
+    async def read(self, node: str, since: datetime | None = None) -> KernelLogLines:
+        if not self.template:
+            return KernelLogLines(node, [], False, "no kernel_log configured")
+        path = Path(self.template.replace("{node}", node))
+
+        def tail() -> bytes:
+            with path.open("rb") as f:
+                f.seek(0, 2)
+                f.seek(max(0, f.tell() - KERNEL_TAIL_BYTES))
+                return f.read()
+
+        try:
+            data = await asyncio.to_thread(tail)
+        except FileNotFoundError:
+            return KernelLogLines(node, [], True, f"{path} does not exist (no kernel lines yet)")
+        except OSError as e:
+            return KernelLogLines(node, [], False, f"kernel log of {node} unreadable: {e.strerror or e}")
+        return KernelLogLines(node, data.decode("utf-8", "replace").replace("\x00", "").splitlines())
+
+    async def close(self) -> None:
+        return None
+
+
+class RemoteLogs:
+    """The login node's files over SFTP (``revive.remote.follow.RemoteFollower``)."""
+
+    def __init__(self, factory, offsets_file: str | None = None, cluster: str = "local") -> None:  # noqa: ANN001
+        from revive.remote.follow import RemoteFollower
+
+        self._factory = factory
+        self.follower = RemoteFollower(factory, offsets_file=offsets_file, cluster=cluster)
+
+    async def read_new(self, path: str) -> list[tuple[int, str]]:
+        return await self.follower.read_new(path)
+
+    async def read_tail(self, path: str, max_bytes: int) -> tuple[bytes, int]:
+        return await self.follower.read_tail(path, max_bytes)
+
+    def fresh(self) -> RemoteLogs:
+        return RemoteLogs(self._factory)
+
+    def seek(self, path: str, data: bytes, size: int) -> None:
+        from revive.remote.follow import ANCHOR, RemoteTailState
+
+        nl = data.rfind(b"\n")
+        line_offset = size - (len(data) - nl - 1) if nl >= 0 else size - len(data)
+        self.follower.states[path] = RemoteTailState(
+            path=path, offset=size, anchor=data[-ANCHOR:], partial=data[nl + 1:] if nl >= 0 else data,
+            line_offset=line_offset, line_anchor=data[: nl + 1][-ANCHOR:] if nl >= 0 else b"", size=size)
+
+    async def close(self) -> None:
+        await self.follower.close()
+
+
+class RemoteKernelLogs:
+    """Each node's kernel log through the login node as a jump host (``revive.remote.kernel``)."""
+
+    def __init__(self, reader) -> None:  # noqa: ANN001
+        self.reader = reader
+
+    async def read(self, node: str, since: datetime | None = None) -> KernelLogLines:
+        got = await self.reader.read(node, since=since)
+        return KernelLogLines(node, list(got.lines), got.available, got.why)
+
+    async def close(self) -> None:
+        await self.reader.close()
+
+
+@dataclass
+class Site:
+    cfg: ClusterConfig
+    scheduler: Scheduler
+    runner: CommandRunner
+    logs: LogReader
+    kernel: KernelLogs
+
+    @property
+    def ssh(self) -> bool:
+        return self.cfg.scheduler.mode == "ssh"
+
+    async def close(self) -> None:
+        await self.logs.close()
+        await self.kernel.close()
+        close = getattr(self.runner, "close", None)
+        if close is not None:
+            await close()
+
+
+def build_site(cfg: ClusterConfig, scheduler: Scheduler | None = None) -> Site:
+    """The site for ``cfg``. ``scheduler`` replaces the configured one (tests wrap it to record calls)."""
+    from revive.scheduler.slurm_cli import SlurmCLI
+
+    sched_cfg = cfg.scheduler
+    runner: CommandRunner
+    logs: LogReader
+    kernel: KernelLogs
+    if sched_cfg.mode == "ssh" and sched_cfg.ssh is not None:
+        from revive.remote import SSHEndpoint, connector
+
+        runner = SSHRunner.from_config(sched_cfg.ssh, slurm_conf=cfg.slurm_conf)
+        login = SSHEndpoint.from_config(sched_cfg.ssh)
+        factory = connector(login)
+        logs = RemoteLogs(factory, cluster=cfg.name) if cfg.logs.over_ssh else LocalLogs()
+        kl = cfg.kernel_log
+        if kl is not None and kl.over_ssh:
+            from revive.remote.kernel import KernelLogReader
+
+            nodes = sched_cfg.ssh.node_addresses()
+            kernel = RemoteKernelLogs(KernelLogReader(factory, login, nodes=nodes, command=kl.command,
+                                                      path_template=kl.path_template))
+        else:
+            kernel = LocalKernelLogs(kl.path_template if kl else None)
+    else:
+        runner = LocalRunner(slurm_conf=cfg.slurm_conf)
+        logs = LocalLogs()
+        kernel = LocalKernelLogs(cfg.kernel_log.path_template if cfg.kernel_log else None)
+    if scheduler is None:
+        cli = SlurmCLI.from_config(cfg, runner=runner)
+        scheduler = cli
+        if sched_cfg.read == "rest" and sched_cfg.rest is not None:
+            import httpx
+
+            from revive.scheduler.slurm_rest import SlurmREST
+
+            rest = sched_cfg.rest  # the JWT is read here, at start-up, and never leaves this process
+            scheduler = SlurmREST(httpx.AsyncClient(timeout=sched_cfg.command_timeout_s), rest.url, rest.user,
+                                  rest.token(), cli, api_version=rest.api_version)
+    return Site(cfg=cfg, scheduler=scheduler, runner=runner, logs=logs, kernel=kernel)
