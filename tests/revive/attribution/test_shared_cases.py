@@ -47,4 +47,19 @@ def test_accuracy_report_script_runs(capsys):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     res = mod.evaluate(CASES)
-    assert all(a == b for a, b in res.values()), res
+    assert res.cases == len(FOLDERS)
+    assert res.category == res.domain == res.action == res.cases, res.misses
+    assert res.culprit_hit == res.culprit_total and res.false_incidents == 0, res.misses
+    assert res.line().startswith(f"BENCH accuracy set={CASES.name} cases={res.cases} category=1.000")
+
+
+def test_accuracy_report_refuses_verbose_test_set():
+    import importlib.util
+
+    script = Path(__file__).resolve().parents[3] / "benchmarks" / "accuracy_cases.py"
+    spec = importlib.util.spec_from_file_location("accuracy_cases", script)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main(["-v", "--set", "test"]) == 2
+    with pytest.raises(ValueError):
+        mod.evaluate(set_name="test", verbose=True)
