@@ -52,6 +52,13 @@ _MONTHS = {m: i for i, m in enumerate(
 
 _HW_CATEGORIES = {Category.gpu_hardware, Category.gpu_memory_ecc, Category.nvlink, Category.cuda_error}
 _CONFIDENCE = {1: 0.9, 2: 0.85, 3: 0.85, 4: 0.6, 5: 0.5, 6: 0.5, 7: 0.5, 8: 0.3, 9: 0.25}
+_SYSTEM_DRAIN = {"storage.hung_task"}
+"""System-domain signatures whose remedy is draining the node (a task stuck in D state on a wedged
+mount): the one exception to "a drain only with domain hardware"."""
+
+
+def _conf(_sig_id: str, default: float) -> float:
+    return default
 
 
 @dataclass
@@ -286,6 +293,8 @@ def _collect_job_log(ctx: _Ctx) -> None:
         ts = _parse_ts(meta.ts, meta.ts_kind, ctx.ref_year)
         if ts is not None:
             last_ts = ts
+        if meta.host is None and meta.extra.get("pdsh_host") in nodes:
+            meta.host = meta.extra["pdsh_host"]
         host_node = _norm_host(meta.host, nodes)
         if meta.rank is not None and host_node:
             ctx.rank_host.setdefault(meta.rank, host_node)
@@ -422,6 +431,48 @@ def _apply_hardware_typical(ctx: _Ctx) -> None:
                                "application error before it: typical of a GPU failing")
 
 
+_NVLINK_XIDS = {74, 144, 145, 146, 147, 148, 149, 150}
+_GPU_FAULT_XIDS = {31, 43, 48}
+_GPU_FAULT_SIGS = {"cuda.oom", "cuda.cudnn_error", "cuda.dnn_init_failed"}
+_WATCHDOG_SIGS = {"nccl.watchdog_timeout", "nccl.watchdog_terminated", "nccl.heartbeat_timeout"}
+
+
+def _xid_code(ev: _Ev) -> int | None:
+    if ev.m.id != "xid.event":
+        return None
+    code = ev.m.fields.get("effective_xid") or ev.m.fields.get("xid") or ""
+    return int(code) if code.isdigit() else None
+
+
+def _apply_field_rules(ctx: _Ctx) -> None:
+    """Precedence rules learnt from the field (docs/attribution.md, rules 3a-3d)."""
+    evs = ctx.events
+    xids = [(e, _xid_code(e)) for e in evs if e.m.id == "xid.event"]
+    # 3a. CUDA OOM / cuDNN failures on a node whose driver logged Xid 31/43/48: the GPU's fault
+    #     (a page fault or stopped channel under an allocation/cuDNN error is not the app's sizing)
+    app_gpu = [e for e in evs if e.m.id in _GPU_FAULT_SIGS]
+    if app_gpu:
+        for e, code in xids:
+            if code in _GPU_FAULT_XIDS:
+                e.category = Category.gpu_memory_ecc if code == 48 else Category.gpu_hardware
+                e.domain, e.tier, e.action = Domain.hardware, 1, Action.drain_and_requeue
+                e.upgraded = (f"Xid {code} on this node under a CUDA memory/cuDNN error: the GPU is faulting, "
+                              "not the application")
+        if any(code in _GPU_FAULT_XIDS for _, code in xids):
+            for e in app_gpu:
+                e.tier, e.m = 6, e.m.model_copy(update={"role": "cascade"})
+    # 3b. Xid 94/95 (contained/uncontained ECC) right after NVLink Xids on the same node: NVLink
+    nvl_nodes = {e.node for e, code in xids if code in _NVLINK_XIDS}
+    for e, code in xids:
+        if code in (94, 95) and e.node in nvl_nodes:
+            e.category = Category.nvlink
+    # 3c. a watchdog timeout (any format) on a line also matched by a c10d/NCCL error: it is a hang
+    wd_lines = {(e.source, e.line_no) for e in evs if e.m.id in _WATCHDOG_SIGS}
+    if wd_lines:
+        ctx.events = [e for e in evs if not ((e.source, e.line_no) in wd_lines and e.m.id not in _WATCHDOG_SIGS
+                                             and e.category == Category.nccl_error and e.domain == Domain.unknown)]
+
+
 def _straggler(ctx: _Ctx) -> tuple[bool, str, int | None]:
     """Sustained >=5% iteration-time increase vs the job's own baseline, no restart in between."""
     samples = ctx.progress
@@ -555,6 +606,116 @@ def _slow_hosts_from_compute(bundle: EvidenceBundle) -> tuple[list[str], str]:
     return slow, f" Per-rank compute time names the slow node(s): {why} of their own baseline; the others stayed level."
 
 
+_TPN = [
+    re.compile(r"SLURM_(?:N)?TASKS_PER_NODE=(?P<n>\d+)"),
+    re.compile(r"--ntasks-per-node[= ](?P<n>\d+)"),
+    re.compile(r"--nproc[_-]per[_-]node[= ](?P<n>\d+)"),
+    re.compile(r"nproc_per_node\W{1,3}(?P<n>\d+)"),
+]
+_WORLD = [
+    re.compile(r"\bnranks (?P<n>\d+)\b"),
+    re.compile(r"[Ww]orld[ _][Ss]ize\W{1,3}(?P<n>\d+)"),
+    re.compile(r"WORLD_SIZE=(?P<n>\d+)"),
+]
+_NODELIST = re.compile(r"SLURM_(?:JOB_)?NODELIST=(?P<v>\S+)")
+
+
+def _rank_layout(ctx: _Ctx) -> dict[int, str]:
+    """Global rank -> node, from the job's layout: SLURM_NODELIST order (or the Slurm record's node
+    list) and tasks per node (SLURM_TASKS_PER_NODE, --ntasks-per-node, torchrun --nproc-per-node, or
+    world size / nodes), block distribution as srun and torchrun use by default. Ranks a line ties to
+    a host (``[rank N host H]``, NCCL prefixes, torchrun ``host :`` lines) override the layout."""
+    b = ctx.bundle
+    head = b.job_log[:400000]
+    nodes = _nodes(b)
+    m = _NODELIST.search(head)
+    if m:
+        from revive.attribution.cases import expand_nodelist  # noqa: PLC0415  (no I/O: a pure parser)
+
+        listed = expand_nodelist(m.group("v"))
+        if listed:
+            nodes = listed
+    out: dict[int, str] = {}
+    if nodes:
+        tpn = None
+        for pat in _TPN:
+            t = pat.search(head)
+            if t and int(t.group("n")) > 0:
+                tpn = int(t.group("n"))
+                break
+        if tpn is None:
+            for pat in _WORLD:
+                w = pat.search(head)
+                if w and int(w.group("n")) >= len(nodes) and int(w.group("n")) % len(nodes) == 0:
+                    tpn = int(w.group("n")) // len(nodes)
+                    break
+        if tpn is None and len(nodes) == 1:
+            tpn = 1 << 20
+        if tpn:
+            for r in range(min(len(nodes) * tpn, 100000)):
+                out[r] = nodes[r // tpn]
+    out.update(ctx.rank_host)
+    return out
+
+
+def _ev_node(ev: _Ev, layout: dict[int, str], nodes: list[str]) -> str | None:
+    if ev.node:
+        return ev.node
+    if ev.rank is not None and ev.rank in layout:
+        return layout[ev.rank]
+    if len(nodes) == 1:
+        return nodes[0]
+    return None
+
+
+_SILENT_FACTOR = 20
+_SILENT_MIN_S = 600.0
+
+
+def _silent_hang(ctx: _Ctx) -> str:
+    """A run that made progress and then printed no progress for far longer than its own cadence,
+    with no error: a hang. Offline evidence: the log's own timestamps (progress cadence vs the gap
+    to the last stamped line or the job's end), or a job that was cancelled (not at its time limit)
+    while the log still ends in progress."""
+    b = ctx.bundle
+    if not ctx.progress_idx:
+        return ""
+    lines = b.job_log.split("\n")
+    stamps: list[datetime] = []
+    last_prog_ts: datetime | None = None
+    prog = set(ctx.progress_idx)
+    end_ts: datetime | None = None
+    for i in range(ctx.tail_start, len(lines)):
+        raw = lines[i][:MAX_TEXT]
+        if not raw.strip():
+            continue
+        _, meta = split_prefix(raw)
+        ts = _parse_ts(meta.ts, meta.ts_kind, ctx.ref_year)
+        if ts is None:
+            c = re.search(r"CANCELLED AT (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)", raw)
+            ts = _parse_ts(c.group(1), "iso", ctx.ref_year) if c else None
+        if ts is None:
+            continue
+        end_ts = ts
+        if i in prog:
+            stamps.append(ts)
+            last_prog_ts = ts
+    if last_prog_ts is not None and end_ts is not None and len(stamps) >= 3:
+        gaps = [(y - x).total_seconds() for x, y in zip(stamps, stamps[1:], strict=False) if y > x]
+        if gaps:
+            cadence = statistics.median(gaps)
+            gap = (end_ts - last_prog_ts).total_seconds()
+            if gap > max(_SILENT_FACTOR * cadence, _SILENT_MIN_S):
+                return (f"progress lines came every ~{cadence:g}s, then none for {gap:.0f}s "
+                        f"(last at {last_prog_ts.isoformat()}) with no error")
+    state = (b.job.state.value if b.job and hasattr(b.job.state, "value") else str(b.job.state if b.job else "")).upper()
+    if state.startswith("CANCELLED") and "TIME LIMIT" not in b.job_log[-4000:]:
+        tail = [i for i in range(len(lines) - 1, -1, -1) if lines[i].strip()][:3]
+        if any(i in prog for i in tail):
+            return "the job was cancelled while its log still ended in progress lines, with no error"
+    return ""
+
+
 def _order_key(ev: _Ev):
     # the driver's own verdict (Xid/SXid) outranks a job-side restatement of the same fault
     authoritative = ev.m.id in ("xid.event", "sxid.event")
@@ -615,7 +776,9 @@ def _attribute(bundle: EvidenceBundle, matcher: Matcher) -> Attribution:
     _collect_kernel(ctx)
     _synthetic(ctx)
     _apply_hardware_typical(ctx)
+    _apply_field_rules(ctx)
     nodes = _nodes(bundle)
+    layout = _rank_layout(ctx)
 
     # kernel events from before this attempt started belong to an earlier incident. Syslog stamps
     # carry neither year nor zone: with the nodes' UTC offset known (bundle.kernel_log_utc_offset_s)
@@ -665,6 +828,16 @@ def _attribute(bundle: EvidenceBundle, matcher: Matcher) -> Attribution:
                                cascade_events=cite(None), action=Action.restart_in_place, node_notes=node_notes,
                                explanation=f"The job stopped making progress (no progress line since {since}) and no "
                                            "error explains it: a hang of unknown cause. Restart in place.")
+        silent = _silent_hang(ctx) if not cascades_all else ""
+        if silent:
+            ln = (ctx.progress_idx[-1] + 1) if ctx.progress_idx else None
+            ev = Event(source=bundle.job_log_source, line_no=ln, text=cap_line(bundle.job_log.split("\n")[ln - 1]) if ln else "",
+                       signature_id="engine.silent_hang")
+            return Attribution(category=Category.hang, domain=Domain.application, confidence=_conf("engine.silent_hang", 0.5),
+                               root_event=ev, cascade_events=cite(None), action=Action.restart_in_place,
+                               node_notes=node_notes,
+                               explanation=f"Silent hang: {silent}. Restart in place; if it recurs at the same "
+                                           "point, it is the application's (collect py-spy stacks).")
         is_strag, why, first_seq = _straggler(ctx)
         if is_strag:
             root_ev = None
@@ -724,15 +897,20 @@ def _attribute(bundle: EvidenceBundle, matcher: Matcher) -> Attribution:
         dom, act = Domain.hardware, Action.requeue_exclude_nodes
     elif dom == Domain.hardware:
         hw_node_events = [e for e in roots if e.domain == Domain.hardware and e.tier <= tier
-                          and e.category in _HW_CATEGORIES | {Category.straggler}]
+                          and (e.category in _HW_CATEGORIES | {Category.straggler} or e.m.id == sig.id)]
         for e in hw_node_events:
-            node = e.node
-            if node is None and e.rank is not None:
-                node = ctx.rank_host.get(e.rank)
-            if node is None and len(nodes) == 1:
-                node = nodes[0]
+            node = _ev_node(e, layout, nodes)
             if node and node not in culprit_nodes:
                 culprit_nodes.append(node)
+    elif (dom == Domain.system and act in (Action.requeue_exclude_nodes, Action.drain_and_requeue)) or (
+            cat in (Category.nvlink, Category.gpu_hardware, Category.gpu_memory_ecc)):
+        # node-local system faults (memlock limit, /dev/shm, fabric manager, ACS/IOMMU, a wedged
+        # mount) and NVLink/GPU faults of unproven severity: the node is where it happened
+        for e in roots:
+            if e.m.id == sig.id or e is root:
+                node = _ev_node(e, layout, nodes)
+                if node and node not in culprit_nodes:
+                    culprit_nodes.append(node)
     elif sig.id == "nccl.ib_completion_error":
         ip = sig.fields.get("peer_ip")
         if ip and ip in bundle.ip_to_node:
@@ -771,7 +949,10 @@ def _attribute(bundle: EvidenceBundle, matcher: Matcher) -> Attribution:
             culprit_ranks = []
 
     # ---- guards
-    if dom != Domain.hardware and act == Action.drain_and_requeue:
+    if dom != Domain.hardware and act == Action.drain_and_requeue and not (
+            sig.id in _SYSTEM_DRAIN and culprit_nodes):
+        act = Action.restart_in_place
+    if act == Action.requeue_exclude_nodes and not culprit_nodes and cat != Category.straggler and dom != Domain.hardware:
         act = Action.restart_in_place
     if cat == Category.straggler:
         act = Action.requeue_exclude_nodes

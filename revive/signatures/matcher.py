@@ -102,7 +102,7 @@ _PREFIXES: list[tuple[str, re.Pattern[str]]] = [
         r"^(?P<ts>[A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d(?:\.\d+)?) (?P<host>[\w.-]+) (?P<tag>[\w./-]+)(?:\[\d+\])?: ")),
     ("iso", re.compile(
         r"^(?P<ts>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)"
-        r"(?: (?P<host>[\w.-]+) (?P<tag>kernel|slurmd|slurmstepd)(?:\[\d+\])?:)? ")),
+        r"(?: (?P<host>[\w.-]+) (?P<tag>kernel|slurmd|slurmstepd)(?:\[\d+\])?:)?:? ")),
     ("bracket_ts", re.compile(r"^\[(?P<ts>\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)\] ?")),
     ("dmesg", re.compile(r"^\[ *\d+\.\d+\] ")),
     ("kernel", re.compile(r"^kernel: ")),
@@ -112,6 +112,8 @@ _PREFIXES: list[tuple[str, re.Pattern[str]]] = [
     ("stream", re.compile(r"^(?P<host>[\w.-]+) \[(?:stderr|stdout)\] ")),
     ("nccl", re.compile(r"^(?P<host>[\w.-]+):\d+:\d+ \[(?P<gpu>\d+)\] ")),
     ("srun_l", re.compile(r"^(?P<rank>\d{1,6}): ")),
+    ("mpirun", re.compile(r"^\[\d+,(?P<rank>\d+)\]<(?:stdout|stderr)>: ?")),
+    ("pdsh", re.compile(r"^(?P<phost>[A-Za-z][\w.-]*\d[\w.-]*): (?=\S)")),
 ]
 _GLOG = re.compile(r"^\[?[IWEF](?P<md>\d{3,4}) (?P<t>\d\d:\d\d:\d\d(?:\.\d+)?)")
 _BODY_RANK = re.compile(r"\[(?:PG [^\]]*?)?Rank (?P<rank>\d+)\]")
@@ -143,6 +145,10 @@ def split_prefix(line: str) -> tuple[str, LinePrefix]:
                 meta.rank = int(gd["rank"])
             if gd.get("local_rank") is not None and meta.local_rank is None:
                 meta.local_rank = int(gd["local_rank"])
+            if gd.get("phost"):
+                # pdsh/accelerate "host: " prefix: only a candidate (a driver tag looks the same);
+                # the engine keeps it when it names one of the job's nodes
+                meta.extra.setdefault("pdsh_host", gd["phost"])
             if gd.get("gpu") is not None:
                 meta.extra["gpu_index"] = gd["gpu"]
             if name == "kernel":
