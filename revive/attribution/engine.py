@@ -323,7 +323,9 @@ def _collect_job_log(ctx: _Ctx) -> None:
             rank = meta.rank
             if rank is None and sm.id == "host.killed" and sm.fields.get("task", "").isdigit():
                 rank = int(sm.fields["task"])
-            host = meta.host
+            host = meta.host or sm.fields.get("host")
+            if rank is None and sm.fields.get("rank", "").isdigit():
+                rank = int(sm.fields["rank"])
             if i <= tb_until:
                 rank = tb_rank if rank is None else rank
                 host = host or tb_host
