@@ -329,6 +329,11 @@ def _collect_job_log(ctx: _Ctx) -> None:
             if i <= tb_until:
                 rank = tb_rank if rank is None else rank
                 host = host or tb_host
+            if sm.id in ("srun.task_exited", "host.killed") and sm.fields.get("host") and sm.fields.get("task"):
+                hn = _norm_host(sm.fields["host"], nodes)
+                for r in _task_ranks(sm.fields["task"]):
+                    if hn:
+                        ctx.rank_host.setdefault(r, hn)
             ev = _Ev(source=b.job_log_source, line_no=i + 1, text=cap_line(raw), m=sm, seq=ctx.seq,
                      ts=ts or last_ts, node=_norm_host(host, nodes), rank=rank, kernel=meta.kernel)
             ctx.events.append(ev)
@@ -336,6 +341,18 @@ def _collect_job_log(ctx: _Ctx) -> None:
             g = _GPU_UUID.search(body)
             if g:
                 ctx.uuid_by_pci[g.group("pci").lower()] = g.group("uuid")
+
+
+def _task_ranks(spec: str) -> list[int]:
+    """srun's ``tasks 0-7,16`` → [0..7, 16] (global ranks of the tasks on that host)."""
+    out: list[int] = []
+    for part in spec.split(","):
+        a, _, b = part.partition("-")
+        if a.isdigit() and (not b or b.isdigit()):
+            lo, hi = int(a), int(b or a)
+            if 0 <= hi - lo < 4096:
+                out.extend(range(lo, hi + 1))
+    return out
 
 
 def _collect_kernel(ctx: _Ctx) -> None:
@@ -446,6 +463,27 @@ def _xid_code(ev: _Ev) -> int | None:
     return int(code) if code.isdigit() else None
 
 
+_HCA = re.compile(r"\b(?:hca|dev|device|HCA) (?:mlx\d_\d+|\w+_\d+)(?::\d+)?|\bmlx\d_\d+:\d+")
+_CKPT_LOAD = re.compile(r"[Ll]oading (?:checkpoint|model|the model|weights|state dict|state_dict|shards|"
+                        r"distributed checkpoint)|Loading checkpoint shards|load_checkpoint|torch\.load\(|"
+                        r"from_pretrained\(")
+
+
+def _after(e: _Ev, ref: _Ev) -> bool:
+    if e.ts is not None and ref.ts is not None:
+        return e.ts >= ref.ts
+    return e.seq >= ref.seq
+
+
+def _is_sigkill(e: _Ev) -> bool:
+    f = e.m.fields
+    if e.m.id == "host.killed":
+        return True
+    if e.m.id == "host.launcher_signal":
+        return "9" in (f.get("signal"), f.get("signal_b"), f.get("signal_c"), f.get("signal_d"))
+    return e.m.id == "slurm.exit_sigkill"
+
+
 def _apply_field_rules(ctx: _Ctx) -> None:
     """Precedence rules learnt from the field (docs/attribution.md, rules 3a-3d)."""
     evs = ctx.events
@@ -468,11 +506,34 @@ def _apply_field_rules(ctx: _Ctx) -> None:
     for e, code in xids:
         if code in (94, 95) and e.node in nvl_nodes:
             e.category = Category.nvlink
-    # 3c. a watchdog timeout (any format) on a line also matched by a c10d/NCCL error: it is a hang
-    wd_lines = {(e.source, e.line_no) for e in evs if e.m.id in _WATCHDOG_SIGS}
+    # 3c. a watchdog timeout (any format) on a line also matched by a c10d/NCCL error, or before
+    #     every NCCL error of unknown cause (the abort that follows the timeout prints them): a hang
+    wd = [e for e in evs if e.m.id in _WATCHDOG_SIGS and e.m.role == "root"]
+    wd_lines = {(e.source, e.line_no) for e in wd}
     if wd_lines:
-        ctx.events = [e for e in evs if not ((e.source, e.line_no) in wd_lines and e.m.id not in _WATCHDOG_SIGS
-                                             and e.category == Category.nccl_error and e.domain == Domain.unknown)]
+        evs = [e for e in evs if not ((e.source, e.line_no) in wd_lines and e.m.id not in _WATCHDOG_SIGS
+                                      and e.category == Category.nccl_error and e.domain == Domain.unknown)]
+        first_wd = min(wd, key=lambda e: (e.ts is None, e.ts or datetime.min.replace(tzinfo=UTC), e.seq))
+        generic_nccl = [e for e in evs if e.m.role == "root" and e.category == Category.nccl_error
+                        and e.domain == Domain.unknown and e.m.id not in _WATCHDOG_SIGS]
+        if generic_nccl and all(_after(e, first_wd) for e in generic_nccl):
+            for e in generic_nccl:
+                e.m = e.m.model_copy(update={"role": "cascade"})
+    # 3d. an IB completion error that names the local HCA (NCCL 2.19+ "hca mlx5_N"): the host's link
+    for e in evs:
+        if e.m.id in ("nccl.ib_completion_error", "nccl.ib_retry_exceeded") and e.node and _HCA.search(e.text):
+            e.domain, e.action = Domain.hardware, Action.requeue_exclude_nodes
+            e.upgraded = "the error names the host's HCA: its InfiniBand link/port is at fault"
+    # 3e. SIGKILL while a checkpoint/model is being loaded, with no OOM line: the host OOM killer
+    lines = ctx.bundle.job_log.split("\n") if ctx.bundle.job_log else []
+    for e in evs:
+        if e.m.role == "root" and _is_sigkill(e) and e.source == ctx.bundle.job_log_source and e.line_no:
+            window = lines[max(0, e.line_no - 40):e.line_no - 1]
+            if any(_CKPT_LOAD.search(x) for x in window):
+                e.category, e.domain, e.tier, e.action = Category.oom_host, Domain.application, 2, Action.stop_no_retry
+                e.upgraded = ("killed by SIGKILL while loading a checkpoint/model, no other error: the host's "
+                              "OOM killer (every rank loading the full state into RAM)")
+    ctx.events = evs
 
 
 def _straggler(ctx: _Ctx) -> tuple[bool, str, int | None]:
@@ -668,6 +729,21 @@ def _ev_node(ev: _Ev, layout: dict[int, str], nodes: list[str]) -> str | None:
     if len(nodes) == 1:
         return nodes[0]
     return None
+
+
+_FINAL_ITER = re.compile(r"(?:iteration|step|Step|Iteration|global_step)\s*:?\s*(?P<i>\d+)\s*/\s*(?P<n>\d+)")
+_DONE = re.compile(r"after training is done|[Tt]raining (?:completed|complete|finished|done)\b|Trainer\.fit. stopped: .max_(?:steps|epochs)")
+
+
+def _training_finished(ctx: _Ctx) -> bool:
+    """The log shows the last iteration of the run (``iteration N/N``) or a framework's
+    end-of-training line."""
+    lines = ctx.bundle.job_log.split("\n")
+    for i in reversed(ctx.progress_idx[-5:]):
+        m = _FINAL_ITER.search(lines[i][:MAX_TEXT])
+        if m and int(m.group("n")) > 0 and int(m.group("i")) >= int(m.group("n")):
+            return True
+    return any(_DONE.search(x) for x in lines[-50:])
 
 
 _SILENT_FACTOR = 20
@@ -881,6 +957,13 @@ def _attribute(bundle: EvidenceBundle, matcher: Matcher) -> Attribution:
                                        "later) and the job has not failed: no incident.")
     cat, dom, act, tier = root.category, root.domain, root.action, root.tier
     sig = root.m
+    teardown = ""
+    if cat == Category.timeout and _training_finished(ctx):
+        # the time limit killed a job that had already finished training: a teardown hang
+        # (exit barrier, un-joined workers); a requeue would only hang again
+        cat, dom, act = Category.hang, Domain.application, Action.stop_no_retry
+        teardown = (" Training had already reached its last iteration before the time limit: the processes "
+                    "hung on exit (teardown), not a wall-time problem.")
 
     # same-tier hardware conflict: different nodes with different hardware faults → keep all nodes
     culprit_nodes: list[str] = []
@@ -996,7 +1079,7 @@ def _attribute(bundle: EvidenceBundle, matcher: Matcher) -> Attribution:
         detail += f" {root.upgraded}."
     n_casc = len(events) - 1
     explanation = (f"{cat.value} ({dom.value}): {sig.id}{where} — {root.text.strip()[:200]}.{detail}"
-                   f"{extra}{escalation}"
+                   f"{teardown}{extra}{escalation}"
                    + (f" {n_casc} other event(s) cited as cascade." if n_casc > 0 else "")
                    + f" Recommended: {act.value}.")
 
