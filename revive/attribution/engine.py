@@ -331,9 +331,9 @@ def _collect_job_log(ctx: _Ctx) -> None:
                 host = host or tb_host
             if sm.id in ("srun.task_exited", "host.killed") and sm.fields.get("host") and sm.fields.get("task"):
                 hn = _norm_host(sm.fields["host"], nodes)
-                for r in _task_ranks(sm.fields["task"]):
+                for task_rank in _task_ranks(sm.fields["task"]):
                     if hn:
-                        ctx.rank_host.setdefault(r, hn)
+                        ctx.rank_host.setdefault(task_rank, hn)
             ev = _Ev(source=b.job_log_source, line_no=i + 1, text=cap_line(raw), m=sm, seq=ctx.seq,
                      ts=ts or last_ts, node=_norm_host(host, nodes), rank=rank, kernel=meta.kernel)
             ctx.events.append(ev)
