@@ -35,6 +35,7 @@ from revive.models import (
     GpuRef,
     TriggerKind,
 )
+from revive.attribution.calibrate import apply as apply_calibration
 from revive.signatures.matcher import Matcher, SignatureMatch, default_matcher, split_prefix
 
 MAX_CASCADES = 25
@@ -52,6 +53,9 @@ _MONTHS = {m: i for i, m in enumerate(
 
 _HW_CATEGORIES = {Category.gpu_hardware, Category.gpu_memory_ecc, Category.nvlink, Category.cuda_error}
 _CONFIDENCE = {1: 0.9, 2: 0.85, 3: 0.85, 4: 0.6, 5: 0.5, 6: 0.5, 7: 0.5, 8: 0.3, 9: 0.25}
+MIN_CONFIDENCE = 0.5
+"""Policy floor (issue #8): below it the engine never recommends ``drain_and_requeue``. Read by
+callers as a module constant until the policy file carries it."""
 _SYSTEM_DRAIN = {"storage.hung_task"}
 """System-domain signatures whose remedy is draining the node (a task stuck in D state on a wedged
 mount): the one exception to "a drain only with domain hardware"."""
@@ -849,6 +853,29 @@ def attribute(bundle: EvidenceBundle, matcher: Matcher | None = None) -> Attribu
 
 
 def _attribute(bundle: EvidenceBundle, matcher: Matcher) -> Attribution:
+    return _guard(_verdict(bundle, matcher), matcher)
+
+
+def _guard(a: Attribution, matcher: Matcher) -> Attribution:
+    """Calibrate the confidence (catalog table fitted on outcomes) and apply the policy floor:
+    below ``MIN_CONFIDENCE`` a verdict never drains a node — it requeues without the named node(s),
+    or escalates to a person when none is named."""
+    raw = a.confidence
+    conf = round(apply_calibration(getattr(matcher, "calibration", None), raw), 2)
+    a.confidence = conf
+    if conf < MIN_CONFIDENCE and a.action == Action.drain_and_requeue:
+        if a.culprit_nodes:
+            a.action = Action.requeue_exclude_nodes
+            a.explanation += (f" Confidence {conf:.2f} is below the policy minimum {MIN_CONFIDENCE}: no drain; "
+                              "requeue without the named node(s) instead.")
+        else:
+            a.action = Action.escalate
+            a.explanation += (f" Confidence {conf:.2f} is below the policy minimum {MIN_CONFIDENCE} and no node "
+                              "is named: escalate to a person instead of draining.")
+    return a
+
+
+def _verdict(bundle: EvidenceBundle, matcher: Matcher) -> Attribution:
     ctx = _Ctx(bundle=bundle, matcher=matcher, ref_year=_ref_year(bundle))
     _collect_job_log(ctx)
     _collect_kernel(ctx)

@@ -185,7 +185,7 @@ def load_catalog(path: Path | None = None) -> dict[str, Any]:
         data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
         for key in ("signatures", "progress", "hardware_typical"):
             docs[key].extend(data.get(key) or [])
-        for key in ("version", "xid_doc"):
+        for key in ("version", "xid_doc", "confidence_calibration"):
             if key in data:
                 docs[key] = data[key]
     return docs
@@ -222,6 +222,8 @@ class Matcher:
             pp.compiled = _compile(pp.regex, self.use_re2)
             self.progress.append(pp)
         self.hardware_typical = [h["id"] for h in cat.get("hardware_typical", [])]
+        calib = cat.get("confidence_calibration") or {}
+        self.calibration: list[dict[str, Any]] = list(calib.get("table") or []) if isinstance(calib, dict) else []
         lits = sorted({lit for s in self.signatures for lit in s.prefilter}, key=len, reverse=True)
         self.literals = lits
         alt = "|".join(re.escape(x) for x in lits)
