@@ -22,6 +22,7 @@ import statistics
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+from revive.attribution.calibrate import apply as apply_calibration
 from revive.logline import LINE_CAP as MAX_TEXT
 from revive.logline import cap_line, match_window
 from revive.models import (
@@ -35,7 +36,6 @@ from revive.models import (
     GpuRef,
     TriggerKind,
 )
-from revive.attribution.calibrate import apply as apply_calibration
 from revive.signatures.matcher import Matcher, SignatureMatch, default_matcher, split_prefix
 
 MAX_CASCADES = 25
