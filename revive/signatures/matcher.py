@@ -178,6 +178,51 @@ def _compile(pattern: str, use_re2: bool) -> Any:
     return re.compile(pattern)
 
 
+MAX_UNTRUSTED_PATTERN = 1000
+"""Longest pattern (characters) ``compile_untrusted`` accepts."""
+MAX_UNTRUSTED_PROGRAM = 2000
+"""Largest compiled RE2 program (instructions) ``compile_untrusted`` accepts."""
+
+
+class UntrustedPatternError(ValueError):
+    """A user-supplied pattern was refused (too long, not RE2, too large once compiled, RE2 missing)."""
+
+
+def compile_untrusted(pattern: str) -> Any:
+    """Compile a pattern that comes from outside the catalog (a user, an API caller).
+
+    RE2 only — linear-time matching, no backreferences or lookaround, so no catastrophic
+    backtracking — never the stdlib ``re`` fallback; the pattern is capped at
+    ``MAX_UNTRUSTED_PATTERN`` characters and its compiled program at ``MAX_UNTRUSTED_PROGRAM``
+    instructions. Raises ``UntrustedPatternError`` with a message fit to show the caller.
+    """
+    if not isinstance(pattern, str):
+        raise UntrustedPatternError(f"pattern must be a string, not {type(pattern).__name__}")
+    if not pattern:
+        raise UntrustedPatternError("pattern is empty")
+    if len(pattern) > MAX_UNTRUSTED_PATTERN:
+        raise UntrustedPatternError(f"pattern is {len(pattern)} characters; the limit is {MAX_UNTRUSTED_PATTERN}")
+    if "\x00" in pattern:
+        raise UntrustedPatternError("pattern contains a NUL character")
+    if not HAVE_RE2 or _re2 is None:
+        raise UntrustedPatternError("untrusted patterns need google-re2 (pip install google-re2); refusing the "
+                                    "backtracking stdlib engine")
+    try:
+        opts = _re2.Options()
+        opts.max_mem = 8 << 20
+        compiled = _re2.compile(pattern, options=opts)
+    except Exception as exc:  # re2.error and friends
+        why = exc.args[0] if exc.args else exc
+        if isinstance(why, bytes):
+            why = why.decode("utf-8", "replace")
+        raise UntrustedPatternError(f"not a valid RE2 pattern (no backreferences or lookaround): {why}") from exc
+    size = getattr(compiled, "programsize", None)
+    if isinstance(size, int) and size > MAX_UNTRUSTED_PROGRAM:
+        raise UntrustedPatternError(f"pattern compiles to {size} RE2 instructions; the limit is "
+                                    f"{MAX_UNTRUSTED_PROGRAM} (simplify the repetition counts)")
+    return compiled
+
+
 def load_catalog(path: Path | None = None) -> dict[str, Any]:
     docs: dict[str, Any] = {"signatures": [], "progress": [], "hardware_typical": []}
     paths = [path] if path else sorted(CATALOG_DIR.glob("*.yaml"))
