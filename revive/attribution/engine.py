@@ -172,7 +172,7 @@ def _roll_year(ts: datetime, ctx: _Ctx) -> datetime:
             return ts.replace(year=ts.year + 1)
         if ts > ref + timedelta(days=183):
             return ts.replace(year=ts.year - 1)
-    except ValueError:  # Feb 29
+    except (ValueError, OverflowError):  # Feb 29; stamps at the edge of the calendar
         pass
     return ts
 
@@ -395,6 +395,28 @@ def _collect_kernel(ctx: _Ctx) -> None:
             ctx.seq += 1
 
 
+def _slurm_seconds(v: str) -> float | None:
+    """Slurm durations: ``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``, ``D-HH:MM:SS``."""
+    v = (v or "").strip()
+    if not v or not re.fullmatch(r"(?:\d+-)?\d+(?::\d+){0,2}", v):
+        return None
+    days = 0
+    if "-" in v:
+        d, v = v.split("-", 1)
+        days = int(d)
+        parts = [int(x) for x in v.split(":")] + [0, 0]
+        h, m, sec = parts[0], parts[1], parts[2]
+    else:
+        parts = [int(x) for x in v.split(":")]
+        if len(parts) == 1:
+            h, m, sec = 0, parts[0], 0
+        elif len(parts) == 2:
+            h, m, sec = 0, parts[0], parts[1]
+        else:
+            h, m, sec = parts[0], parts[1], parts[2]
+    return float(days * 86400 + h * 3600 + m * 60 + sec)
+
+
 def _synthetic(ctx: _Ctx) -> None:
     """Slurm state and trigger as events."""
     b = ctx.bundle
@@ -424,6 +446,14 @@ def _synthetic(ctx: _Ctx) -> None:
                                 family="slurm", source="Slurm job state")
             ctx.events.append(_Ev(source="slurm", line_no=None, text=text, m=sm, seq=10**12 + len(seen),
                                   ts=trig.at if trig and trig.kind == TriggerKind.job_state else None))
+    # a job that ran into its time limit without a TIMEOUT state (e.g. CANCELLED by a wrapper)
+    if b.job and "TIMEOUT" not in seen and b.job.time_limit and b.job.elapsed:
+        lim, ela = _slurm_seconds(b.job.time_limit), _slurm_seconds(b.job.elapsed)
+        if lim and ela and ela >= lim and str(b.job.state).upper().split(".")[-1] in ("CANCELLED", "FAILED", "TIMEOUT"):
+            sm = SignatureMatch(id="slurm.state_timeout", category=Category.timeout, domain=Domain.system, role="root",
+                                tier=2, action=Action.restart_in_place, family="slurm", source="Slurm elapsed >= time limit")
+            ctx.events.append(_Ev(source="slurm", line_no=None, m=sm, seq=10**12 + 9,
+                                  text=f"job {b.job.job_id} elapsed {b.job.elapsed} >= time limit {b.job.time_limit}"))
     # bare SIGKILL / 137 in the exit code: a weak crash hint (never OOM by itself)
     if b.job and b.job.exit_code:
         ec = b.job.exit_code.split(":")
@@ -505,6 +535,15 @@ def _apply_field_rules(ctx: _Ctx) -> None:
         if any(code in _GPU_FAULT_XIDS for _, code in xids):
             for e in app_gpu:
                 e.tier, e.m = 6, e.m.model_copy(update={"role": "cascade"})
+    # 3g. an NVSwitch SXid that raised no incident by itself (non-fatal / severity not stated) beside a
+    #     job-side CUDA error of unknown cause on the node: the CUDA error is the NVLink fabric's
+    sx = [e for e in evs if e.m.id == "sxid.event" and e.action != Action.drain_and_requeue]
+    if sx and any(e.m.role == "root" and e.category == Category.cuda_error and e.domain == Domain.unknown
+                  and not e.kernel for e in evs):
+        for e in sx:
+            e.m = e.m.model_copy(update={"role": "root"})
+            e.category, e.domain, e.tier, e.action = Category.nvlink, Domain.unknown, 2, Action.restart_in_place
+            e.upgraded = "an NVSwitch error on this node beside the job's CUDA error: the NVLink fabric"
     # 3b. Xid 94/95 (contained/uncontained ECC) right after NVLink Xids on the same node: NVLink
     nvl_nodes = {e.node for e, code in xids if code in _NVLINK_XIDS}
     for e, code in xids:
