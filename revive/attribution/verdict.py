@@ -64,6 +64,7 @@ def _apply_hardware_typical(ctx: _Ctx) -> None:
 _NVLINK_XIDS = {74, 144, 145, 146, 147, 148, 149, 150}
 _GPU_FAULT_XIDS = {31, 43, 48}
 _GPU_FAULT_SIGS = {"cuda.oom", "cuda.cudnn_error", "cuda.dnn_init_failed"}
+_SYSTEM_HINTS = {"host.p2p_blocker"}
 _WATCHDOG_SIGS = {"nccl.watchdog_timeout", "nccl.watchdog_terminated", "nccl.heartbeat_timeout"}
 
 
@@ -153,6 +154,16 @@ def _apply_field_rules(ctx: _Ctx) -> None:
                 e.category, e.domain, e.tier, e.action = Category.oom_host, Domain.application, 2, Action.stop_no_retry
                 e.upgraded = ("killed by SIGKILL while loading a checkpoint/model, no other error: the host's "
                               "OOM killer (every rank loading the full state into RAM)")
+    # 3h. evidence of a node-local system cause (ACS/IOMMU redirecting P2P) beside a hang or an NCCL
+    #     error of unknown cause: the node's configuration is at fault (system), requeue without it
+    hints = [e for e in evs if e.m.id in _SYSTEM_HINTS]
+    if hints:
+        for e in evs:
+            if (e.m.role == "root" and e.category in (Category.hang, Category.nccl_error)
+                    and e.domain == Domain.unknown):
+                e.domain, e.action = Domain.system, Action.requeue_exclude_nodes
+                e.node = e.node or hints[0].node
+                e.upgraded = f"the node reports {hints[0].text.strip()[:80]!r}: peer-to-peer traffic is blocked there"
     ctx.events = evs
 
 
@@ -332,16 +343,27 @@ def _decide(ctx: _Ctx) -> Attribution:
                                cascade_events=cite(None), action=Action.restart_in_place, node_notes=node_notes,
                                explanation=f"The job stopped making progress (no progress line since {since}) and no "
                                            "error explains it: a hang of unknown cause. Restart in place.")
-        silent = _silent_hang(ctx) if not cascades_all else ""
+        hints = [c for c in cascades_all if c.m.id in _SYSTEM_HINTS]
+        silent = _silent_hang(ctx) if len(hints) == len(cascades_all) else ""
         if silent:
             ln = (ctx.progress_idx[-1] + 1) if ctx.progress_idx else None
             ev = Event(source=bundle.job_log_source, line_no=ln, text=cap_line(bundle.job_log.split("\n")[ln - 1]) if ln else "",
                        signature_id="engine.silent_hang")
+            hint_nodes = sorted({n for h in hints if (n := _ev_node(h, layout, nodes))})
+            if hints:
+                return Attribution(category=Category.hang, domain=Domain.system, confidence=_conf("engine.silent_hang", 0.5),
+                                   root_event=ev, cascade_events=cite(None), node_notes=node_notes,
+                                   culprit_nodes=hint_nodes,
+                                   action=Action.requeue_exclude_nodes if hint_nodes else Action.restart_in_place,
+                                   explanation=f"Silent hang: {silent}; the node reports "
+                                               f"{hints[0].text.strip()[:80]!r} (ACS/IOMMU redirect GPU peer-to-peer "
+                                               "traffic and stall NCCL): a node configuration fault. Requeue without it.")
             return Attribution(category=Category.hang, domain=Domain.application, confidence=_conf("engine.silent_hang", 0.5),
                                root_event=ev, cascade_events=cite(None), action=Action.restart_in_place,
                                node_notes=node_notes,
                                explanation=f"Silent hang: {silent}. Restart in place; if it recurs at the same "
                                            "point, it is the application's (collect py-spy stacks).")
+        cascades_all = [c for c in cascades_all if c.m.id not in _SYSTEM_HINTS]
         is_strag, why, first_seq = _straggler(ctx)
         if is_strag:
             root_ev = None
