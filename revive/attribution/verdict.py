@@ -81,6 +81,25 @@ _CKPT_LOAD = re.compile(r"[Ll]oading (?:checkpoint|model|the model|weights|state
                         r"from_pretrained\(")
 
 
+_CKPT_IO = re.compile(r"[Dd]ownload(?:ing|ed)? .*(?:checkpoint|shards?|weights)|[Ll]oading (?:distributed )?checkpoint|"
+                      r"[Rr]estoring (?:from )?checkpoint|[Rr]eading checkpoint")
+
+
+def _stalled_on_checkpoint_io(lines: list[str], end: int) -> bool:
+    """The last few non-empty lines before ``end`` (0-based, exclusive) talk about checkpoint I/O."""
+    seen = 0
+    for j in range(end - 1, max(-1, end - 40), -1):
+        x = lines[j].strip()
+        if not x:
+            continue
+        seen += 1
+        if _CKPT_IO.search(x[:MAX_TEXT]):
+            return True
+        if seen >= 3:
+            return False
+    return False
+
+
 def _after(e: _Ev, ref: _Ev) -> bool:
     if e.ts is not None and ref.ts is not None:
         return e.ts >= ref.ts
@@ -154,6 +173,12 @@ def _apply_field_rules(ctx: _Ctx) -> None:
                 e.category, e.domain, e.tier, e.action = Category.oom_host, Domain.application, 2, Action.stop_no_retry
                 e.upgraded = ("killed by SIGKILL while loading a checkpoint/model, no other error: the host's "
                               "OOM killer (every rank loading the full state into RAM)")
+    # 3i. a hang whose last activity was loading/downloading a checkpoint: the storage stalled
+    for e in evs:
+        if e.m.role == "root" and e.category == Category.hang and e.source == ctx.bundle.job_log_source and e.line_no:
+            if _stalled_on_checkpoint_io(lines, e.line_no - 1):
+                e.category, e.domain, e.action = Category.io_error, Domain.system, Action.restart_in_place
+                e.upgraded = "the run stalled while reading/downloading its checkpoint: a storage/transfer stall"
     # 3h. evidence of a node-local system cause (ACS/IOMMU redirecting P2P) beside a hang or an NCCL
     #     error of unknown cause: the node's configuration is at fault (system), requeue without it
     hints = [e for e in evs if e.m.id in _SYSTEM_HINTS]
@@ -358,6 +383,13 @@ def _decide(ctx: _Ctx) -> Attribution:
                                    explanation=f"Silent hang: {silent}; the node reports "
                                                f"{hints[0].text.strip()[:80]!r} (ACS/IOMMU redirect GPU peer-to-peer "
                                                "traffic and stall NCCL): a node configuration fault. Requeue without it.")
+            log_lines = bundle.job_log.split("\n")
+            if _stalled_on_checkpoint_io(log_lines, len(log_lines)):
+                return Attribution(category=Category.io_error, domain=Domain.system,
+                                   confidence=_conf("engine.silent_hang", 0.5), root_event=ev,
+                                   cascade_events=cite(None), action=Action.restart_in_place, node_notes=node_notes,
+                                   explanation=f"Silent stall: {silent}, while the run was reading/downloading its "
+                                               "checkpoint: a storage/transfer stall. Restart in place.")
             return Attribution(category=Category.hang, domain=Domain.application, confidence=_conf("engine.silent_hang", 0.5),
                                root_event=ev, cascade_events=cite(None), action=Action.restart_in_place,
                                node_notes=node_notes,
