@@ -236,8 +236,6 @@ def _rank_layout(ctx: _Ctx) -> dict[int, str]:
                 if w and int(w.group("n")) >= len(nodes) and int(w.group("n")) % len(nodes) == 0:
                     tpn = int(w.group("n")) // len(nodes)
                     break
-        if tpn is None and len(nodes) == 1:
-            tpn = 1 << 20
         if tpn:
             for r in range(min(len(nodes) * tpn, 100000)):
                 out[r] = nodes[r // tpn]
