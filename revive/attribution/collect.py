@@ -290,7 +290,10 @@ def _collect_kernel(ctx: _Ctx) -> None:
                 ts = _roll_year(ts, ctx)
             if syslog_known_zone and ts is not None and off is not None:
                 ts = ts - timedelta(seconds=off)  # the stamp is the node's local time
-            node = _norm_host(meta.host, nodes) or key or default_node
+            host = meta.host
+            if host is None and meta.extra.get("pdsh_host") in nodes:
+                host = meta.extra["pdsh_host"]  # "gpu-node-3: kern: warning: ..." (pdsh/clush dmesg)
+            node = _norm_host(host, nodes) or key or default_node
             for sm in ctx.matcher.match(line, include_benign=True):
                 if sm.id.startswith("benign."):
                     continue
