@@ -219,6 +219,9 @@ def _collect_job_log(ctx: _Ctx) -> None:
                     tb_rank = int(r.group("rank"))
                 if h:
                     tb_host = h.group("host")
+            tb_node = _norm_host(tb_host, nodes)
+            if tb_rank is not None and tb_node and (not nodes or tb_node in nodes):
+                ctx.rank_host.setdefault(tb_rank, tb_node)  # torchrun's summary ties the rank to its host
         is_prog, it, secs = matcher.progress_of(body)
         if is_prog:
             ctx.progress_idx.append(i)

@@ -465,6 +465,14 @@ def _decide(ctx: _Ctx) -> Attribution:
             node = _ev_node(e, layout, nodes)
             if node and node not in culprit_nodes:
                 culprit_nodes.append(node)
+        if not culprit_nodes and cat in _HW_CATEGORIES:
+            # the Slurm record: a job node the scheduler already marked down/drained/failing
+            for n, st in bundle.node_states.items():
+                s_up = st.upper()
+                if any(w in s_up for w in ("DOWN", "FAIL", "DRAIN")) and (not nodes or n in nodes) and n not in culprit_nodes:
+                    culprit_nodes.append(n)
+            if culprit_nodes:
+                extra += f" Slurm reports {', '.join(culprit_nodes)} down/drained: the fault is placed there."
     elif (dom == Domain.system and act in (Action.requeue_exclude_nodes, Action.drain_and_requeue)) or (
             cat in (Category.nvlink, Category.gpu_hardware, Category.gpu_memory_ecc)):
         # node-local system faults (memlock limit, /dev/shm, fabric manager, ACS/IOMMU, a wedged
