@@ -102,7 +102,7 @@ _PREFIXES: list[tuple[str, re.Pattern[str]]] = [
         r"^(?P<ts>[A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d(?:\.\d+)?) (?P<host>[\w.-]+) (?P<tag>[\w./-]+)(?:\[\d+\])?: ")),
     ("iso", re.compile(
         r"^(?P<ts>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)"
-        r"(?: (?P<host>[\w.-]+) (?P<tag>kernel|slurmd|slurmstepd)(?:\[\d+\])?:)? ")),
+        r"(?: (?P<host>[\w.-]+) (?P<tag>kernel|slurmd|slurmstepd)(?:\[\d+\])?:)?:? ")),
     ("bracket_ts", re.compile(r"^\[(?P<ts>\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)\] ?")),
     ("dmesg", re.compile(r"^\[ *\d+\.\d+\] ")),
     ("kernel", re.compile(r"^kernel: ")),
@@ -112,6 +112,8 @@ _PREFIXES: list[tuple[str, re.Pattern[str]]] = [
     ("stream", re.compile(r"^(?P<host>[\w.-]+) \[(?:stderr|stdout)\] ")),
     ("nccl", re.compile(r"^(?P<host>[\w.-]+):\d+:\d+ \[(?P<gpu>\d+)\] ")),
     ("srun_l", re.compile(r"^(?P<rank>\d{1,6}): ")),
+    ("mpirun", re.compile(r"^\[\d+,(?P<rank>\d+)\]<(?:stdout|stderr)>: ?")),
+    ("pdsh", re.compile(r"^(?P<phost>[A-Za-z][\w.-]*\d[\w.-]*): (?=\S)")),
 ]
 _GLOG = re.compile(r"^\[?[IWEF](?P<md>\d{3,4}) (?P<t>\d\d:\d\d:\d\d(?:\.\d+)?)")
 _BODY_RANK = re.compile(r"\[(?:PG [^\]]*?)?Rank (?P<rank>\d+)\]")
@@ -143,6 +145,10 @@ def split_prefix(line: str) -> tuple[str, LinePrefix]:
                 meta.rank = int(gd["rank"])
             if gd.get("local_rank") is not None and meta.local_rank is None:
                 meta.local_rank = int(gd["local_rank"])
+            if gd.get("phost"):
+                # pdsh/accelerate "host: " prefix: only a candidate (a driver tag looks the same);
+                # the engine keeps it when it names one of the job's nodes
+                meta.extra.setdefault("pdsh_host", gd["phost"])
             if gd.get("gpu") is not None:
                 meta.extra["gpu_index"] = gd["gpu"]
             if name == "kernel":
@@ -172,6 +178,51 @@ def _compile(pattern: str, use_re2: bool) -> Any:
     return re.compile(pattern)
 
 
+MAX_UNTRUSTED_PATTERN = 1000
+"""Longest pattern (characters) ``compile_untrusted`` accepts."""
+MAX_UNTRUSTED_PROGRAM = 2000
+"""Largest compiled RE2 program (instructions) ``compile_untrusted`` accepts."""
+
+
+class UntrustedPatternError(ValueError):
+    """A user-supplied pattern was refused (too long, not RE2, too large once compiled, RE2 missing)."""
+
+
+def compile_untrusted(pattern: str) -> Any:
+    """Compile a pattern that comes from outside the catalog (a user, an API caller).
+
+    RE2 only — linear-time matching, no backreferences or lookaround, so no catastrophic
+    backtracking — never the stdlib ``re`` fallback; the pattern is capped at
+    ``MAX_UNTRUSTED_PATTERN`` characters and its compiled program at ``MAX_UNTRUSTED_PROGRAM``
+    instructions. Raises ``UntrustedPatternError`` with a message fit to show the caller.
+    """
+    if not isinstance(pattern, str):
+        raise UntrustedPatternError(f"pattern must be a string, not {type(pattern).__name__}")
+    if not pattern:
+        raise UntrustedPatternError("pattern is empty")
+    if len(pattern) > MAX_UNTRUSTED_PATTERN:
+        raise UntrustedPatternError(f"pattern is {len(pattern)} characters; the limit is {MAX_UNTRUSTED_PATTERN}")
+    if "\x00" in pattern:
+        raise UntrustedPatternError("pattern contains a NUL character")
+    if not HAVE_RE2 or _re2 is None:
+        raise UntrustedPatternError("untrusted patterns need google-re2 (pip install google-re2); refusing the "
+                                    "backtracking stdlib engine")
+    try:
+        opts = _re2.Options()
+        opts.max_mem = 8 << 20
+        compiled = _re2.compile(pattern, options=opts)
+    except Exception as exc:  # re2.error and friends
+        why = exc.args[0] if exc.args else exc
+        if isinstance(why, bytes):
+            why = why.decode("utf-8", "replace")
+        raise UntrustedPatternError(f"not a valid RE2 pattern (no backreferences or lookaround): {why}") from exc
+    size = getattr(compiled, "programsize", None)
+    if isinstance(size, int) and size > MAX_UNTRUSTED_PROGRAM:
+        raise UntrustedPatternError(f"pattern compiles to {size} RE2 instructions; the limit is "
+                                    f"{MAX_UNTRUSTED_PROGRAM} (simplify the repetition counts)")
+    return compiled
+
+
 def load_catalog(path: Path | None = None) -> dict[str, Any]:
     docs: dict[str, Any] = {"signatures": [], "progress": [], "hardware_typical": []}
     paths = [path] if path else sorted(CATALOG_DIR.glob("*.yaml"))
@@ -179,7 +230,7 @@ def load_catalog(path: Path | None = None) -> dict[str, Any]:
         data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
         for key in ("signatures", "progress", "hardware_typical"):
             docs[key].extend(data.get(key) or [])
-        for key in ("version", "xid_doc"):
+        for key in ("version", "xid_doc", "confidence_calibration"):
             if key in data:
                 docs[key] = data[key]
     return docs
@@ -216,6 +267,8 @@ class Matcher:
             pp.compiled = _compile(pp.regex, self.use_re2)
             self.progress.append(pp)
         self.hardware_typical = [h["id"] for h in cat.get("hardware_typical", [])]
+        calib = cat.get("confidence_calibration") or {}
+        self.calibration: list[dict[str, Any]] = list(calib.get("table") or []) if isinstance(calib, dict) else []
         lits = sorted({lit for s in self.signatures for lit in s.prefilter}, key=len, reverse=True)
         self.literals = lits
         alt = "|".join(re.escape(x) for x in lits)

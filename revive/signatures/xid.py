@@ -157,6 +157,13 @@ def resolve_sxid(code: int, severity: str | None, detail: str = "") -> XidVerdic
     fatal = (severity or "").lower() == "fatal" or "fatal" in (detail or "").lower().split(",")[0]
     if (severity or "").lower() == "non-fatal":
         fatal = False
+    stated = bool(severity) or "fatal" in (detail or "").lower()
+    if not fatal and not stated:
+        # newer drivers print "Severity N Engine instance …" instead of Fatal/Non-fatal: an NVSwitch
+        # error of unknown severity is an NVLink fault on this node, but not proof enough to drain
+        return XidVerdict(code, code, f"SXid {code} (severity not stated)", RESTART_APP, Category.nvlink,
+                          Domain.unknown, Action.restart_in_place, "root", 2,
+                          "NVSwitch error of unstated severity: check the fabric manager log and the node")
     if fatal:
         return XidVerdict(code, code, f"SXid {code} (fatal)", RESET_GPU, Category.nvlink, Domain.hardware,
                           Action.drain_and_requeue, "root", 1, "fatal NVSwitch error: reset the fabric")

@@ -33,7 +33,8 @@ def _check(a: Attribution) -> None:
     assert isinstance(a, Attribution)
     assert 0.0 <= a.confidence <= 1.0
     if a.action.value == "drain_and_requeue":
-        assert a.domain.value == "hardware"
+        assert a.domain.value == "hardware" or (
+            a.root_event is not None and a.root_event.signature_id == "storage.hung_task" and a.culprit_nodes)
 
 
 @FAST

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -45,6 +46,23 @@ def test_accuracy_report_script_runs(capsys):
     script = Path(__file__).resolve().parents[3] / "benchmarks" / "accuracy_cases.py"
     spec = importlib.util.spec_from_file_location("accuracy_cases", script)
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up there
     spec.loader.exec_module(mod)
     res = mod.evaluate(CASES)
-    assert all(a == b for a, b in res.values()), res
+    assert res.cases == len(FOLDERS)
+    assert res.category == res.domain == res.action == res.cases, res.misses
+    assert res.culprit_hit == res.culprit_total and res.false_incidents == 0, res.misses
+    assert res.line().startswith(f"BENCH accuracy set={CASES.name} cases={res.cases} category=1.000")
+
+
+def test_accuracy_report_refuses_verbose_test_set():
+    import importlib.util
+
+    script = Path(__file__).resolve().parents[3] / "benchmarks" / "accuracy_cases.py"
+    spec = importlib.util.spec_from_file_location("accuracy_cases", script)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up there
+    spec.loader.exec_module(mod)
+    assert mod.main(["-v", "--set", "test"]) == 2
+    with pytest.raises(ValueError):
+        mod.evaluate(set_name="test", verbose=True)

@@ -1,0 +1,385 @@
+"""Stage: collect — turn the job log, kernel logs and the Slurm record into events (``_Ev``)
+through the signature catalog; the per-incident context (``_Ctx``)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from revive.attribution.timestamps import _parse_ts, _roll_year
+from revive.logline import LINE_CAP as MAX_TEXT
+from revive.logline import cap_line, match_window
+from revive.models import (
+    Action,
+    Category,
+    Domain,
+    Event,
+    EvidenceBundle,
+    TriggerKind,
+)
+from revive.signatures.matcher import Matcher, SignatureMatch, split_prefix
+
+MAX_CASCADES = 25
+MAX_PROGRESS = 5000
+
+_ATTEMPT = "=== attempt restart="
+_RESUMED = "resumed from checkpoint"
+_EXTRA_LITERALS = [_ATTEMPT, _RESUMED, "GPU at PCI:", "Root Cause (first observed failure)"]
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
+_TB_RANK = re.compile(r"^\s*rank\s*:\s*(?P<rank>\d+)")
+_TB_HOST = re.compile(r"^\s*host\s*:\s*(?P<host>[\w.-]+)")
+_GPU_UUID = re.compile(r"GPU at PCI:(?P<pci>[0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})[.0-9]*: (?P<uuid>GPU-[0-9A-Fa-f-]+)")
+
+
+@dataclass
+class _Ev:
+    source: str
+    line_no: int | None
+    text: str
+    m: SignatureMatch
+    seq: int
+    ts: datetime | None = None
+    node: str | None = None
+    rank: int | None = None
+    kernel: bool = False
+    ts_exact: bool = False
+    """True when the timestamp carried its own year and UTC offset."""
+    tier: int = 5
+    category: Category = Category.none
+    domain: Domain = Domain.unknown
+    action: Action = Action.restart_in_place
+    upgraded: str = ""
+
+    def __post_init__(self) -> None:
+        if self.ts is not None and self.ts.tzinfo is None:
+            self.ts = self.ts.replace(tzinfo=UTC)
+        self.tier = self.m.tier
+        self.category = self.m.category
+        self.domain = self.m.domain
+        self.action = self.m.action
+
+    def event(self) -> Event:
+        return Event(source=self.source, line_no=self.line_no, timestamp=self.ts,
+                     text=cap_line(self.text), signature_id=self.m.id)
+
+
+@dataclass
+class _Ctx:
+    bundle: EvidenceBundle
+    matcher: Matcher
+    events: list[_Ev] = field(default_factory=list)
+    progress: list[tuple[int, int | None, float, str]] = field(default_factory=list)
+    progress_lines: dict[int, tuple[int, str, datetime | None]] = field(default_factory=dict)
+    progress_idx: list[int] = field(default_factory=list)
+    tail_start: int = 0
+    first_progress_seq: int | None = None
+    rank_host: dict[int, str] = field(default_factory=dict)
+    uuid_by_pci: dict[str, str] = field(default_factory=dict)
+    ref_year: int = 1970
+    attempt_start: datetime | None = None
+    notes: list[str] = field(default_factory=list)
+    seq: int = 0
+
+
+
+# ----------------------------------------------------------------------------- helpers
+def _nodes(bundle: EvidenceBundle) -> list[str]:
+    return list(bundle.job.nodes) if bundle.job and bundle.job.nodes else []
+
+
+def _norm_host(host: str | None, nodes: list[str]) -> str | None:
+    if not host:
+        return None
+    if not nodes or host in nodes:
+        return host
+    for n in nodes:
+        if host.startswith(n + ".") or host.endswith("." + n):
+            return n
+    return host
+
+
+def _hit_lines(matcher: Matcher, text: str, extra_gate) -> tuple[list[str], set[int], set[int]]:
+    """Split the text once; return lines, the indices of lines a signature literal hits and the
+    indices of lines an extra (progress/attempt) literal hits. The gates run over the whole buffer."""
+    lines = text.split("\n")
+    data = text.encode("utf-8", "surrogatepass")
+    out: list[set[int]] = []
+    for gate in (matcher._gate_bytes, extra_gate):
+        idx: set[int] = set()
+        line_no, pos, last = 0, 0, -1
+        for m in gate.finditer(data):
+            ls = data.rfind(b"\n", 0, m.start()) + 1
+            if ls == last:
+                continue
+            last = ls
+            line_no += data.count(b"\n", pos, ls)
+            pos = ls
+            if line_no < len(lines):
+                idx.add(line_no)
+        out.append(idx)
+    return lines, out[0], out[1]
+
+
+def _compile_literals(matcher: Matcher, kind: str, lits: list[str], as_bytes: bool):
+    cache = matcher.__dict__.setdefault("_engine_gates", {})
+    g = cache.get(kind)
+    if g is None:
+        uniq = sorted(set(lits), key=len, reverse=True)
+        pat: bytes | str = (b"|".join(re.escape(x.encode()) for x in uniq) if as_bytes
+                            else "|".join(re.escape(x) for x in uniq))
+        g = re.compile(pat)
+        if matcher.use_re2 and as_bytes:
+            try:
+                import re2  # noqa: PLC0415
+
+                g = re2.compile(pat)
+            except Exception:  # pragma: no cover
+                pass
+        cache[kind] = g
+    return g
+
+
+def _extra_gate(matcher: Matcher):
+    """Rare markers (attempt boundaries, resumes, torchrun summaries, GPU UUID lines)."""
+    return _compile_literals(matcher, "markers", list(_EXTRA_LITERALS), True)
+
+
+def _progress_gate(matcher: Matcher):
+    return _compile_literals(matcher, "progress", [lit for p in matcher.progress for lit in p.prefilter], False)
+
+
+# ----------------------------------------------------------------------------- collection
+def _collect_job_log(ctx: _Ctx) -> None:
+    b = ctx.bundle
+    text = b.job_log or ""
+    if not text:
+        return
+    matcher = ctx.matcher
+    lines, sig_hits, extra_hits = _hit_lines(matcher, text, _extra_gate(matcher))
+    # attempt segmentation
+    attempts = sorted(i for i in extra_hits if _ATTEMPT in lines[i])
+    start, end = 0, len(lines)
+    if attempts:
+        target = None
+        trig = b.trigger
+        if trig and trig.line_no and (not trig.source or trig.source == b.job_log_source):
+            target = trig.line_no - 1
+        if target is None:
+            start = attempts[-1]
+        else:
+            before = [a for a in attempts if a <= target]
+            after = [a for a in attempts if a > target]
+            start = before[-1] if before else 0
+            end = after[0] if after else len(lines)
+        body, meta = split_prefix(lines[start][:MAX_TEXT])
+        m = re.search(r"restart=\d+ (\S+)", body)
+        if m:
+            ctx.attempt_start = _parse_ts(m.group(1), "iso", ctx.ref_year)
+    nodes = _nodes(b)
+    last_ts: datetime | None = None
+    tb_rank: int | None = None
+    tb_host: str | None = None
+    tb_until = -1
+    # progress lines: the first one (did the run make progress before an error?) and those among
+    # the last MAX_PROGRESS lines (straggler series) are parsed; markers and signature lines always are.
+    keep = {i for i in extra_hits if start <= i < end}
+    prog = _progress_gate(matcher).search
+    first_sig = min((i for i in sig_hits if start <= i < end), default=end)
+    for i in range(start, min(end, first_sig + 1)):
+        if prog(lines[i][:MAX_TEXT]):
+            keep.add(i)
+            break
+    ctx.tail_start = max(start, end - MAX_PROGRESS)
+    for i in range(ctx.tail_start, end):
+        if prog(lines[i][:MAX_TEXT]):
+            keep.add(i)
+    todo = sorted({i for i in sig_hits if start <= i < end} | keep)
+    for i in todo:
+        ctx.seq = i
+        raw = lines[i]
+        line = match_window(raw)
+        body, meta = split_prefix(line[:2 * MAX_TEXT])
+        ts = _parse_ts(meta.ts, meta.ts_kind, ctx.ref_year)
+        if ts is not None:
+            last_ts = ts
+        if meta.host is None and meta.extra.get("pdsh_host") in nodes:
+            meta.host = meta.extra["pdsh_host"]
+        host_node = _norm_host(meta.host, nodes)
+        if meta.rank is not None and host_node:
+            ctx.rank_host.setdefault(meta.rank, host_node)
+        if _RESUMED in body or _ATTEMPT in body:
+            ctx.progress.append((-1, None, -1.0, "reset"))
+        if "Root Cause (first observed failure)" in body:
+            tb_rank, tb_host, tb_until = None, None, i + 12
+            for j in range(i + 1, min(i + 12, len(lines))):
+                r = _TB_RANK.match(lines[j])
+                h = _TB_HOST.match(lines[j])
+                if r:
+                    tb_rank = int(r.group("rank"))
+                if h:
+                    tb_host = h.group("host")
+            tb_node = _norm_host(tb_host, nodes)
+            if tb_rank is not None and tb_node and (not nodes or tb_node in nodes):
+                ctx.rank_host.setdefault(tb_rank, tb_node)  # torchrun's summary ties the rank to its host
+        is_prog, it, secs = matcher.progress_of(body)
+        if is_prog:
+            ctx.progress_idx.append(i)
+            if ctx.first_progress_seq is None:
+                ctx.first_progress_seq = ctx.seq
+            if secs is not None:
+                key = str(meta.rank if meta.rank is not None else
+                          (f"l{meta.local_rank}" if meta.local_rank is not None else "-"))
+                ctx.progress.append((ctx.seq, it, secs, key))
+                ctx.progress_lines[ctx.seq] = (i + 1, cap_line(raw), ts or last_ts)
+        for sm in (matcher.match(line) if i in sig_hits else ()):
+            rank = meta.rank
+            if rank is None and sm.id == "host.killed" and sm.fields.get("task", "").isdigit():
+                rank = int(sm.fields["task"])
+            host = meta.host or sm.fields.get("host")
+            if rank is None and sm.fields.get("rank", "").isdigit():
+                rank = int(sm.fields["rank"])
+            if i <= tb_until:
+                rank = tb_rank if rank is None else rank
+                host = host or tb_host
+            if sm.id in ("srun.task_exited", "host.killed") and sm.fields.get("host") and sm.fields.get("task"):
+                hn = _norm_host(sm.fields["host"], nodes)
+                for task_rank in _task_ranks(sm.fields["task"]):
+                    if hn:
+                        ctx.rank_host.setdefault(task_rank, hn)
+            ev = _Ev(source=b.job_log_source, line_no=i + 1, text=cap_line(raw), m=sm, seq=ctx.seq,
+                     ts=ts or last_ts, node=_norm_host(host, nodes), rank=rank, kernel=meta.kernel)
+            ctx.events.append(ev)
+        if "GPU at PCI:" in body:
+            g = _GPU_UUID.search(body)
+            if g:
+                ctx.uuid_by_pci[g.group("pci").lower()] = g.group("uuid")
+
+
+def _task_ranks(spec: str) -> list[int]:
+    """srun's ``tasks 0-7,16`` → [0..7, 16] (global ranks of the tasks on that host)."""
+    out: list[int] = []
+    for part in spec.split(","):
+        a, _, b = part.partition("-")
+        if a.isdigit() and (not b or b.isdigit()):
+            lo, hi = int(a), int(b or a)
+            if 0 <= hi - lo < 4096:
+                out.extend(range(lo, hi + 1))
+    return out
+
+
+def _collect_kernel(ctx: _Ctx) -> None:
+    b = ctx.bundle
+    ctx.seq = 10**9
+    nodes = _nodes(b)
+    default_node = nodes[0] if nodes else None
+    for key, lines in b.kernel_logs.items():
+        src = f"kern.log:{key}" if key else "kern.log"
+        for n, raw in enumerate(lines, 1):
+            if not raw:
+                continue
+            line = match_window(raw)
+            if "GPU at PCI:" in line:
+                g = _GPU_UUID.search(line)
+                if g:
+                    ctx.uuid_by_pci[g.group("pci").lower()] = g.group("uuid")
+            if not ctx.matcher.gate(line):
+                continue
+            body, meta = split_prefix(line)
+            ts = _parse_ts(meta.ts, meta.ts_kind, ctx.ref_year)
+            off = ctx.bundle.kernel_log_utc_offset_s
+            syslog_known_zone = meta.ts_kind == "syslog" and ts is not None and off is not None
+            if meta.ts_kind == "syslog" and ts is not None:
+                ts = _roll_year(ts, ctx)
+            if syslog_known_zone and ts is not None and off is not None:
+                ts = ts - timedelta(seconds=off)  # the stamp is the node's local time
+            host = meta.host
+            if host is None and meta.extra.get("pdsh_host") in nodes:
+                host = meta.extra["pdsh_host"]  # "gpu-node-3: kern: warning: ..." (pdsh/clush dmesg)
+            node = _norm_host(host, nodes) or key or default_node
+            for sm in ctx.matcher.match(line, include_benign=True):
+                if sm.id.startswith("benign."):
+                    continue
+                ctx.events.append(_Ev(source=src, line_no=n, text=cap_line(raw), m=sm, seq=ctx.seq,
+                                      ts=ts, node=node, kernel=True,
+                                      ts_exact=syslog_known_zone or bool(meta.ts_kind == "iso" and meta.ts and
+                                                    re.search(r"(?:Z|[+-]\d\d:?\d\d)$", meta.ts))))
+            ctx.seq += 1
+
+
+def _slurm_seconds(v: str) -> float | None:
+    """Slurm durations: ``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``, ``D-HH:MM:SS``."""
+    v = (v or "").strip()
+    if not v or not re.fullmatch(r"(?:\d+-)?\d+(?::\d+){0,2}", v):
+        return None
+    days = 0
+    if "-" in v:
+        d, v = v.split("-", 1)
+        days = int(d)
+        parts = [int(x) for x in v.split(":")] + [0, 0]
+        h, m, sec = parts[0], parts[1], parts[2]
+    else:
+        parts = [int(x) for x in v.split(":")]
+        if len(parts) == 1:
+            h, m, sec = 0, parts[0], 0
+        elif len(parts) == 2:
+            h, m, sec = 0, parts[0], parts[1]
+        else:
+            h, m, sec = parts[0], parts[1], parts[2]
+    return float(days * 86400 + h * 3600 + m * 60 + sec)
+
+
+def _synthetic(ctx: _Ctx) -> None:
+    """Slurm state and trigger as events."""
+    b = ctx.bundle
+    states: list[tuple[str, str]] = []
+    trig = b.trigger
+    if trig and trig.kind == TriggerKind.job_state and trig.state_to:
+        states.append((trig.state_to, f"job state {trig.state_from or '?'} -> {trig.state_to}"
+                       + (f" reason={trig.reason}" if trig.reason else "")))
+    if b.job and b.job.state:
+        states.append((b.job.state, f"job {b.job.job_id} state={b.job.state}"
+                       + (f" reason={b.job.reason}" if b.job.reason else "")
+                       + (f" exit_code={b.job.exit_code}" if b.job.exit_code else "")))
+    table = {
+        "NODE_FAIL": ("slurm.state_node_fail", Category.node_failure, Domain.hardware, 1, Action.requeue_exclude_nodes),
+        "TIMEOUT": ("slurm.state_timeout", Category.timeout, Domain.system, 2, Action.restart_in_place),
+        "DEADLINE": ("slurm.state_timeout", Category.timeout, Domain.system, 2, Action.restart_in_place),
+        "PREEMPTED": ("slurm.state_preempted", Category.preempted, Domain.system, 2, Action.restart_in_place),
+        "OUT_OF_MEMORY": ("slurm.state_oom", Category.oom_host, Domain.application, 2, Action.stop_no_retry),
+    }
+    seen: set[str] = set()
+    for state, text in states:
+        base = state.upper().split("+")[0].split()[0] if state else ""
+        if base in table and base not in seen:
+            seen.add(base)
+            sid, cat, dom, tier, act = table[base]
+            sm = SignatureMatch(id=sid, category=cat, domain=dom, role="root", tier=tier, action=act,
+                                family="slurm", source="Slurm job state")
+            ctx.events.append(_Ev(source="slurm", line_no=None, text=text, m=sm, seq=10**12 + len(seen),
+                                  ts=trig.at if trig and trig.kind == TriggerKind.job_state else None))
+    # a job that ran into its time limit without a TIMEOUT state (e.g. CANCELLED by a wrapper)
+    if b.job and "TIMEOUT" not in seen and b.job.time_limit and b.job.elapsed:
+        lim, ela = _slurm_seconds(b.job.time_limit), _slurm_seconds(b.job.elapsed)
+        if lim and ela and ela >= lim and str(b.job.state).upper().split(".")[-1] in ("CANCELLED", "FAILED", "TIMEOUT"):
+            sm = SignatureMatch(id="slurm.state_timeout", category=Category.timeout, domain=Domain.system, role="root",
+                                tier=2, action=Action.restart_in_place, family="slurm", source="Slurm elapsed >= time limit")
+            ctx.events.append(_Ev(source="slurm", line_no=None, m=sm, seq=10**12 + 9,
+                                  text=f"job {b.job.job_id} elapsed {b.job.elapsed} >= time limit {b.job.time_limit}"))
+    # bare SIGKILL / 137 in the exit code: a weak crash hint (never OOM by itself)
+    if b.job and b.job.exit_code:
+        ec = b.job.exit_code.split(":")
+        if (len(ec) == 2 and ec[1] == "9") or ec[0] == "137":
+            sm = SignatureMatch(id="slurm.exit_sigkill", category=Category.crash, domain=Domain.unknown,
+                                role="root", tier=8, action=Action.restart_in_place, family="slurm",
+                                source="Slurm exit code")
+            ctx.events.append(_Ev(source="slurm", line_no=None, text=f"exit_code={b.job.exit_code}", m=sm,
+                                  seq=10**12 + 10))
+    # a log_signature trigger whose line is not in the log window
+    if trig and trig.kind == TriggerKind.log_signature and trig.text:
+        if not any(e.text.strip() == trig.text.strip() for e in ctx.events):
+            for sm in ctx.matcher.match(trig.text):
+                ctx.events.append(_Ev(source=trig.source or "trigger", line_no=trig.line_no,
+                                      text=cap_line(trig.text), m=sm, seq=-1, ts=trig.at))
+
+

@@ -1,0 +1,577 @@
+"""Stage: verdict — field rules, root vs cascade, culprits (rank→node layout), action, guards and
+the calibrated confidence."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+
+from revive.attribution.calibrate import apply as apply_calibration
+from revive.attribution.collect import (
+    MAX_CASCADES,
+    _collect_job_log,
+    _collect_kernel,
+    _Ctx,
+    _Ev,
+    _nodes,
+    _norm_host,
+    _synthetic,
+)
+from revive.attribution.explain import _explain_frame, _gpus
+from revive.attribution.throughput import _recovered, _slow_hosts_from_compute, _slow_nodes, _straggler
+from revive.attribution.timestamps import _ref_year, _silent_hang
+from revive.logline import LINE_CAP as MAX_TEXT
+from revive.logline import cap_line
+from revive.models import (
+    Action,
+    Attribution,
+    Category,
+    Domain,
+    Event,
+    EvidenceBundle,
+    TriggerKind,
+)
+from revive.signatures.matcher import Matcher
+
+_HW_CATEGORIES = {Category.gpu_hardware, Category.gpu_memory_ecc, Category.nvlink, Category.cuda_error}
+_CONFIDENCE = {1: 0.9, 2: 0.85, 3: 0.85, 4: 0.6, 5: 0.5, 6: 0.5, 7: 0.5, 8: 0.3, 9: 0.25}
+MIN_CONFIDENCE = 0.5
+"""Policy floor (issue #8): below it the engine never recommends ``drain_and_requeue``. Read by
+callers as a module constant until the policy file carries it."""
+_SYSTEM_DRAIN = {"storage.hung_task"}
+"""System-domain signatures whose remedy is draining the node (a task stuck in D state on a wedged
+mount): the one exception to "a drain only with domain hardware"."""
+
+
+def _conf(_sig_id: str, default: float) -> float:
+    return default
+
+
+
+# ----------------------------------------------------------------------------- rules
+def _apply_hardware_typical(ctx: _Ctx) -> None:
+    app_roots_seen = False
+    for ev in sorted(ctx.events, key=lambda e: e.seq):
+        if ev.m.role == "root" and ev.domain == Domain.application:
+            app_roots_seen = True
+        if ev.m.id == "cuda.unknown_error" and not app_roots_seen:
+            if ctx.first_progress_seq is not None and ctx.first_progress_seq < ev.seq:
+                ev.domain, ev.tier, ev.action = Domain.hardware, 2, Action.drain_and_requeue
+                ev.upgraded = ("CUDA 'unknown error' in a run that was making progress, with no "
+                               "application error before it: typical of a GPU failing")
+
+
+_NVLINK_XIDS = {74, 144, 145, 146, 147, 148, 149, 150}
+_GPU_FAULT_XIDS = {31, 43, 48}
+_GPU_FAULT_SIGS = {"cuda.oom", "cuda.cudnn_error", "cuda.dnn_init_failed"}
+_SYSTEM_HINTS = {"host.p2p_blocker"}
+_WATCHDOG_SIGS = {"nccl.watchdog_timeout", "nccl.watchdog_terminated", "nccl.heartbeat_timeout"}
+
+
+def _xid_code(ev: _Ev) -> int | None:
+    if ev.m.id != "xid.event":
+        return None
+    code = ev.m.fields.get("effective_xid") or ev.m.fields.get("xid") or ""
+    return int(code) if code.isdigit() else None
+
+
+_HCA = re.compile(r"\b(?:hca|dev|device|HCA) (?:mlx\d_\d+|\w+_\d+)(?::\d+)?|\bmlx\d_\d+:\d+")
+_CKPT_LOAD = re.compile(r"[Ll]oading (?:checkpoint|model|the model|weights|state dict|state_dict|shards|"
+                        r"distributed checkpoint)|Loading checkpoint shards|load_checkpoint|torch\.load\(|"
+                        r"from_pretrained\(")
+
+
+_CKPT_IO = re.compile(r"[Dd]ownload(?:ing|ed)? .*(?:checkpoint|shards?|weights)|[Ll]oading (?:distributed )?checkpoint|"
+                      r"[Rr]estoring (?:from )?checkpoint|[Rr]eading checkpoint")
+
+
+def _stalled_on_checkpoint_io(lines: list[str], end: int) -> bool:
+    """The last few non-empty lines before ``end`` (0-based, exclusive) talk about checkpoint I/O."""
+    seen = 0
+    for j in range(end - 1, max(-1, end - 40), -1):
+        x = lines[j].strip()
+        if not x:
+            continue
+        seen += 1
+        if _CKPT_IO.search(x[:MAX_TEXT]):
+            return True
+        if seen >= 3:
+            return False
+    return False
+
+
+def _after(e: _Ev, ref: _Ev) -> bool:
+    if e.ts is not None and ref.ts is not None:
+        return e.ts >= ref.ts
+    return e.seq >= ref.seq
+
+
+def _is_sigkill(e: _Ev) -> bool:
+    f = e.m.fields
+    if e.m.id == "host.killed":
+        return True
+    if e.m.id == "host.launcher_signal":
+        return "9" in (f.get("signal"), f.get("signal_b"), f.get("signal_c"), f.get("signal_d"))
+    return e.m.id == "slurm.exit_sigkill"
+
+
+def _apply_field_rules(ctx: _Ctx) -> None:
+    """Precedence rules learnt from the field (docs/attribution.md, rules 3a-3d)."""
+    evs = ctx.events
+    xids = [(e, _xid_code(e)) for e in evs if e.m.id == "xid.event"]
+    # 3a. CUDA OOM / cuDNN failures on a node whose driver logged Xid 31/43/48: the GPU's fault
+    #     (a page fault or stopped channel under an allocation/cuDNN error is not the app's sizing)
+    app_gpu = [e for e in evs if e.m.id in _GPU_FAULT_SIGS]
+    if app_gpu:
+        for e, code in xids:
+            if code in _GPU_FAULT_XIDS:
+                e.category = Category.gpu_memory_ecc if code == 48 else Category.gpu_hardware
+                e.domain, e.tier, e.action = Domain.hardware, 1, Action.drain_and_requeue
+                e.upgraded = (f"Xid {code} on this node under a CUDA memory/cuDNN error: the GPU is faulting, "
+                              "not the application")
+        if any(code in _GPU_FAULT_XIDS for _, code in xids):
+            for e in app_gpu:
+                e.tier, e.m = 6, e.m.model_copy(update={"role": "cascade"})
+    # 3g. an NVSwitch SXid that raised no incident by itself (non-fatal / severity not stated) beside a
+    #     job-side CUDA error of unknown cause on the node: the CUDA error is the NVLink fabric's
+    sx = [e for e in evs if e.m.id == "sxid.event" and e.action != Action.drain_and_requeue]
+    if sx and any(e.m.role == "root" and e.category == Category.cuda_error and e.domain == Domain.unknown
+                  and not e.kernel for e in evs):
+        for e in sx:
+            e.m = e.m.model_copy(update={"role": "root"})
+            e.category, e.domain, e.tier, e.action = Category.nvlink, Domain.unknown, 2, Action.restart_in_place
+            e.upgraded = "an NVSwitch error on this node beside the job's CUDA error: the NVLink fabric"
+    # 3b. Xid 94/95 (contained/uncontained ECC) right after NVLink Xids on the same node: NVLink
+    nvl_nodes = {e.node for e, code in xids if code in _NVLINK_XIDS}
+    for e, code in xids:
+        if code in (94, 95) and e.node in nvl_nodes:
+            e.category = Category.nvlink
+    # 3c. a watchdog timeout (any format) on a line also matched by a c10d/NCCL error, or before
+    #     every NCCL error of unknown cause (the abort that follows the timeout prints them): a hang
+    wd = [e for e in evs if e.m.id in _WATCHDOG_SIGS and e.m.role == "root"]
+    wd_lines = {(e.source, e.line_no) for e in wd}
+    if wd_lines:
+        evs = [e for e in evs if not ((e.source, e.line_no) in wd_lines and e.m.id not in _WATCHDOG_SIGS
+                                      and e.category == Category.nccl_error and e.domain == Domain.unknown)]
+        first_wd = min(wd, key=lambda e: (e.ts is None, e.ts or datetime.min.replace(tzinfo=UTC), e.seq))
+        generic_nccl = [e for e in evs if e.m.role == "root" and e.category == Category.nccl_error
+                        and e.domain == Domain.unknown and e.m.id not in _WATCHDOG_SIGS]
+        if generic_nccl and all(_after(e, first_wd) for e in generic_nccl):
+            for e in generic_nccl:
+                e.m = e.m.model_copy(update={"role": "cascade"})
+    # 3d. an IB completion error that names the local HCA (NCCL 2.19+ "hca mlx5_N"): the host's link
+    for e in evs:
+        if e.m.id in ("nccl.ib_completion_error", "nccl.ib_retry_exceeded") and e.node and _HCA.search(e.text):
+            e.domain, e.action = Domain.hardware, Action.requeue_exclude_nodes
+            e.upgraded = "the error names the host's HCA: its InfiniBand link/port is at fault"
+    # 3e. SIGKILL while a checkpoint/model is being loaded, with no OOM line: the host OOM killer
+    lines = ctx.bundle.job_log.split("\n") if ctx.bundle.job_log else []
+    for e in evs:
+        if e.m.role == "root" and _is_sigkill(e) and e.source == ctx.bundle.job_log_source and e.line_no:
+            window = lines[max(0, e.line_no - 40):e.line_no - 1]
+            if any(_CKPT_LOAD.search(x) for x in window):
+                e.category, e.domain, e.tier, e.action = Category.oom_host, Domain.application, 2, Action.stop_no_retry
+                e.upgraded = ("killed by SIGKILL while loading a checkpoint/model, no other error: the host's "
+                              "OOM killer (every rank loading the full state into RAM)")
+    # 3i. a hang whose last activity was loading/downloading a checkpoint: the storage stalled
+    for e in evs:
+        if e.m.role == "root" and e.category == Category.hang and e.source == ctx.bundle.job_log_source and e.line_no:
+            if _stalled_on_checkpoint_io(lines, e.line_no - 1):
+                e.category, e.domain, e.action = Category.io_error, Domain.system, Action.restart_in_place
+                e.upgraded = "the run stalled while reading/downloading its checkpoint: a storage/transfer stall"
+    # 3h. evidence of a node-local system cause (ACS/IOMMU redirecting P2P) beside a hang or an NCCL
+    #     error of unknown cause: the node's configuration is at fault (system), requeue without it
+    hints = [e for e in evs if e.m.id in _SYSTEM_HINTS]
+    if hints:
+        for e in evs:
+            if (e.m.role == "root" and e.category in (Category.hang, Category.nccl_error)
+                    and e.domain == Domain.unknown):
+                e.domain, e.action = Domain.system, Action.requeue_exclude_nodes
+                e.node = e.node or hints[0].node
+                e.upgraded = f"the node reports {hints[0].text.strip()[:80]!r}: peer-to-peer traffic is blocked there"
+    ctx.events = evs
+
+
+
+_TPN = [
+    re.compile(r"SLURM_(?:N)?TASKS_PER_NODE=(?P<n>\d+)"),
+    re.compile(r"--ntasks-per-node[= ](?P<n>\d+)"),
+    re.compile(r"--nproc[_-]per[_-]node[= ](?P<n>\d+)"),
+    re.compile(r"nproc_per_node\W{1,3}(?P<n>\d+)"),
+]
+_WORLD = [
+    re.compile(r"\bnranks (?P<n>\d+)\b"),
+    re.compile(r"[Ww]orld[ _][Ss]ize\W{1,3}(?P<n>\d+)"),
+    re.compile(r"WORLD_SIZE=(?P<n>\d+)"),
+]
+_NODELIST = re.compile(r"SLURM_(?:JOB_)?NODELIST=(?P<v>\S+)")
+
+
+def _rank_layout(ctx: _Ctx) -> dict[int, str]:
+    """Global rank -> node, from the job's layout: SLURM_NODELIST order (or the Slurm record's node
+    list) and tasks per node (SLURM_TASKS_PER_NODE, --ntasks-per-node, torchrun --nproc-per-node, or
+    world size / nodes), block distribution as srun and torchrun use by default. Ranks a line ties to
+    a host (``[rank N host H]``, NCCL prefixes, torchrun ``host :`` lines) override the layout."""
+    b = ctx.bundle
+    head = b.job_log[:400000]
+    nodes = _nodes(b)
+    m = _NODELIST.search(head)
+    if m:
+        from revive.attribution.cases import expand_nodelist  # noqa: PLC0415  (no I/O: a pure parser)
+
+        listed = expand_nodelist(m.group("v"))
+        if listed:
+            nodes = listed
+    out: dict[int, str] = {}
+    if nodes:
+        tpn = None
+        for pat in _TPN:
+            t = pat.search(head)
+            if t and int(t.group("n")) > 0:
+                tpn = int(t.group("n"))
+                break
+        if tpn is None:
+            for pat in _WORLD:
+                w = pat.search(head)
+                if w and int(w.group("n")) >= len(nodes) and int(w.group("n")) % len(nodes) == 0:
+                    tpn = int(w.group("n")) // len(nodes)
+                    break
+        if tpn:
+            for r in range(min(len(nodes) * tpn, 100000)):
+                out[r] = nodes[r // tpn]
+    out.update(ctx.rank_host)
+    return out
+
+
+def _ev_node(ev: _Ev, layout: dict[int, str], nodes: list[str]) -> str | None:
+    if ev.node:
+        return ev.node
+    if ev.rank is not None and ev.rank in layout:
+        return layout[ev.rank]
+    if len(nodes) == 1:
+        return nodes[0]
+    return None
+
+
+_FINAL_ITER = re.compile(r"(?:iteration|step|Step|Iteration|global_step)\s*:?\s*(?P<i>\d+)\s*/\s*(?P<n>\d+)")
+_DONE = re.compile(r"after training is done|[Tt]raining (?:completed|complete|finished|done)\b|Trainer\.fit. stopped: .max_(?:steps|epochs)")
+
+
+def _training_finished(ctx: _Ctx) -> bool:
+    """The log shows the last iteration of the run (``iteration N/N``) or a framework's
+    end-of-training line."""
+    lines = ctx.bundle.job_log.split("\n")
+    for i in reversed(ctx.progress_idx[-5:]):
+        m = _FINAL_ITER.search(lines[i][:MAX_TEXT])
+        if m and int(m.group("n")) > 0 and int(m.group("i")) >= int(m.group("n")):
+            return True
+    return any(_DONE.search(x) for x in lines[-50:])
+
+
+
+def _order_key(ev: _Ev):
+    # the driver's own verdict (Xid/SXid) outranks a job-side restatement of the same fault
+    authoritative = ev.m.id in ("xid.event", "sxid.event")
+    severity = 0 if (authoritative and ev.action == Action.drain_and_requeue) else 1
+    return (ev.tier, not authoritative, severity, ev.ts is None, ev.ts or datetime.min.replace(tzinfo=UTC), ev.seq)
+
+
+
+
+def _guard(a: Attribution, matcher: Matcher) -> Attribution:
+    """Calibrate the confidence (catalog table fitted on outcomes) and apply the policy floor:
+    below ``MIN_CONFIDENCE`` a verdict never drains a node — it requeues without the named node(s),
+    or escalates to a person when none is named."""
+    raw = a.confidence
+    conf = round(apply_calibration(getattr(matcher, "calibration", None), raw), 2)
+    a.confidence = conf
+    if conf < MIN_CONFIDENCE and a.action == Action.drain_and_requeue:
+        if a.culprit_nodes:
+            a.action = Action.requeue_exclude_nodes
+            a.explanation += (f" Confidence {conf:.2f} is below the policy minimum {MIN_CONFIDENCE}: no drain; "
+                              "requeue without the named node(s) instead.")
+        else:
+            a.action = Action.escalate
+            a.explanation += (f" Confidence {conf:.2f} is below the policy minimum {MIN_CONFIDENCE} and no node "
+                              "is named: escalate to a person instead of draining.")
+    return a
+
+
+def _verdict(bundle: EvidenceBundle, matcher: Matcher) -> Attribution:
+    """The whole pipeline without the guard (collect → rules → decide)."""
+    ctx = _Ctx(bundle=bundle, matcher=matcher, ref_year=_ref_year(bundle))
+    _collect_job_log(ctx)
+    _collect_kernel(ctx)
+    _synthetic(ctx)
+    _apply_rules(ctx)
+    return _decide(ctx)
+
+
+def _apply_rules(ctx: _Ctx) -> None:
+    _apply_hardware_typical(ctx)
+    _apply_field_rules(ctx)
+
+
+def _decide(ctx: _Ctx) -> Attribution:
+    """Root vs cascade, culprits, action and explanation from the collected, rule-adjusted events."""
+    bundle = ctx.bundle
+    nodes = _nodes(bundle)
+    layout = _rank_layout(ctx)
+
+    # kernel events from before this attempt started belong to an earlier incident. Syslog stamps
+    # carry neither year nor zone: with the nodes' UTC offset known (bundle.kernel_log_utc_offset_s)
+    # they are exact; without it, only drop those more than a day older.
+    attempt_start = ctx.attempt_start
+    if attempt_start is not None:
+        def _old(e: _Ev) -> bool:
+            # exact stamps: allow 10 s of clock skew between nodes (NTP keeps them well under that;
+            # syslog has 1 s resolution)
+            slack = timedelta(seconds=10) if e.ts_exact else timedelta(hours=26)
+            return e.kernel and e.ts is not None and e.ts < attempt_start - slack
+        ctx.events = [e for e in ctx.events if not _old(e)]
+
+    node_notes: list[str] = []
+    for e in ctx.events:
+        if e.m.role == "benign" and e.m.note and e.m.fields.get("effective_xid") != "45":
+            where = e.node or "unknown node"
+            code = e.m.fields.get("xid") or e.m.fields.get("sxid")
+            note = f"{where}: {'Xid' if e.m.id == 'xid.event' else 'SXid'} {code} on {e.m.fields.get('pci', '?')}: {e.m.note}"
+            if note not in node_notes:
+                node_notes.append(note)
+    events = [e for e in ctx.events if e.m.role != "benign"]
+    roots = sorted((e for e in events if e.m.role == "root"), key=_order_key)
+    cascades_all = sorted((e for e in events if e.m.role == "cascade"), key=_order_key)
+    trig = bundle.trigger
+
+    def cite(exclude: _Ev | None) -> list[Event]:
+        rest = sorted((e for e in events if e is not exclude), key=lambda e: (e.ts is None, e.ts or datetime.min.replace(tzinfo=UTC), e.seq))
+        out, seen = [], set()
+        for e in rest:
+            k = (e.source, e.line_no)
+            if k in seen:
+                continue
+            seen.add(k)
+            out.append(e.event())
+            if len(out) >= MAX_CASCADES:
+                break
+        return out
+
+    # ---- no root at all
+    if not roots:
+        if trig and trig.kind == TriggerKind.no_progress:
+            since = trig.since.isoformat() if trig.since else "?"
+            ev = Event(source="monitor", timestamp=trig.at,
+                       text=f"no progress since {since} (threshold {trig.threshold_s}s)", signature_id="monitor.no_progress")
+            return Attribution(category=Category.hang, domain=Domain.unknown, confidence=0.6, root_event=ev,
+                               cascade_events=cite(None), action=Action.restart_in_place, node_notes=node_notes,
+                               explanation=f"The job stopped making progress (no progress line since {since}) and no "
+                                           "error explains it: a hang of unknown cause. Restart in place.")
+        hints = [c for c in cascades_all if c.m.id in _SYSTEM_HINTS]
+        silent = _silent_hang(ctx) if len(hints) == len(cascades_all) else ""
+        if silent:
+            ln = (ctx.progress_idx[-1] + 1) if ctx.progress_idx else None
+            ev = Event(source=bundle.job_log_source, line_no=ln, text=cap_line(bundle.job_log.split("\n")[ln - 1]) if ln else "",
+                       signature_id="engine.silent_hang")
+            hint_nodes = sorted({n for h in hints if (n := _ev_node(h, layout, nodes))})
+            if hints:
+                return Attribution(category=Category.hang, domain=Domain.system, confidence=_conf("engine.silent_hang", 0.5),
+                                   root_event=ev, cascade_events=cite(None), node_notes=node_notes,
+                                   culprit_nodes=hint_nodes,
+                                   action=Action.requeue_exclude_nodes if hint_nodes else Action.restart_in_place,
+                                   explanation=f"Silent hang: {silent}; the node reports "
+                                               f"{hints[0].text.strip()[:80]!r} (ACS/IOMMU redirect GPU peer-to-peer "
+                                               "traffic and stall NCCL): a node configuration fault. Requeue without it.")
+            log_lines = bundle.job_log.split("\n")
+            if _stalled_on_checkpoint_io(log_lines, len(log_lines)):
+                return Attribution(category=Category.io_error, domain=Domain.system,
+                                   confidence=_conf("engine.silent_hang", 0.5), root_event=ev,
+                                   cascade_events=cite(None), action=Action.restart_in_place, node_notes=node_notes,
+                                   explanation=f"Silent stall: {silent}, while the run was reading/downloading its "
+                                               "checkpoint: a storage/transfer stall. Restart in place.")
+            return Attribution(category=Category.hang, domain=Domain.application, confidence=_conf("engine.silent_hang", 0.5),
+                               root_event=ev, cascade_events=cite(None), action=Action.restart_in_place,
+                               node_notes=node_notes,
+                               explanation=f"Silent hang: {silent}. Restart in place; if it recurs at the same "
+                                           "point, it is the application's (collect py-spy stacks).")
+        cascades_all = [c for c in cascades_all if c.m.id not in _SYSTEM_HINTS]
+        is_strag, why, first_seq = _straggler(ctx)
+        if is_strag:
+            root_ev = None
+            if first_seq is not None and first_seq in ctx.progress_lines:
+                ln, txt, ts = ctx.progress_lines[first_seq]
+                root_ev = Event(source=bundle.job_log_source, line_no=ln, timestamp=ts, text=txt,
+                                signature_id="engine.throughput_drop")
+            slow, slow_why = _slow_nodes(bundle)
+            if not slow:
+                slow, slow_why = _slow_hosts_from_compute(bundle)
+            tail = (slow_why + " Requeue without them." if slow else
+                    " No node is named yet: find it from per-node evidence and requeue without it.")
+            return Attribution(category=Category.straggler, domain=Domain.hardware, confidence=0.7 if slow else 0.6,
+                               root_event=root_ev, culprit_nodes=slow,
+                               action=Action.requeue_exclude_nodes, node_notes=node_notes,
+                               cascade_events=cite(None),
+                               explanation=f"Throughput dropped and stayed down: {why}, with no restart. Typical of a "
+                                           f"slow node.{tail}")
+        if cascades_all:
+            c = sorted(cascades_all, key=_order_key)[0]
+            return Attribution(category=c.category, domain=Domain.unknown, confidence=0.3, root_event=c.event(),
+                               cascade_events=cite(c), action=Action.restart_in_place, node_notes=node_notes,
+                               culprit_ranks=[c.rank] if c.rank is not None else [],
+                               explanation=f"Only secondary errors were found (first: {c.m.id}); the initiating event "
+                                           "is not in the evidence. Restart in place.")
+        note = f" Notes: {'; '.join(bundle.notes)}" if bundle.notes else ""
+        return Attribution(category=Category.none, domain=Domain.unknown, confidence=0.8 if not bundle.notes else 0.4,
+                           action=Action.none, node_notes=node_notes,
+                           explanation="No failure signature found: the run looks healthy." + note)
+
+    # ---- pick the root
+    root = roots[0]
+    recovered = _recovered(ctx, roots)
+    if recovered:
+        return Attribution(category=Category.none, domain=Domain.unknown, confidence=0.5, action=Action.none,
+                           cascade_events=cite(None), node_notes=node_notes,
+                           explanation=f"Errors were printed (first: {root.m.id}, line {root.line_no}) but training "
+                                       f"kept making progress after the last of them ({recovered} progress lines "
+                                       "later) and the job has not failed: no incident.")
+    cat, dom, act, tier = root.category, root.domain, root.action, root.tier
+    sig = root.m
+    teardown = ""
+    if cat == Category.timeout and _training_finished(ctx):
+        # the time limit killed a job that had already finished training: a teardown hang
+        # (exit barrier, un-joined workers); a requeue would only hang again
+        cat, dom, act = Category.hang, Domain.application, Action.stop_no_retry
+        teardown = (" Training had already reached its last iteration before the time limit: the processes "
+                    "hung on exit (teardown), not a wall-time problem.")
+
+    # same-tier hardware conflict: different nodes with different hardware faults → keep all nodes
+    culprit_nodes: list[str] = []
+    extra = ""
+    hw_node_events: list[_Ev] = []
+    if cat == Category.node_failure:
+        for e in roots:
+            if e.category == Category.node_failure and e.m.id == "slurm.node_failure":
+                h = _norm_host(e.m.fields.get("host"), nodes)
+                if h and h not in culprit_nodes:
+                    culprit_nodes.append(h)
+        for n, st in bundle.node_states.items():
+            s = st.upper()
+            if ("DOWN" in s or "FAIL" in s) and (not nodes or n in nodes) and n not in culprit_nodes:
+                culprit_nodes.append(n)
+        dom, act = Domain.hardware, Action.requeue_exclude_nodes
+    elif dom == Domain.hardware:
+        hw_node_events = [e for e in roots if e.domain == Domain.hardware and e.tier <= tier
+                          and (e.category in _HW_CATEGORIES | {Category.straggler} or e.m.id == sig.id)]
+        for e in hw_node_events:
+            node = _ev_node(e, layout, nodes)
+            if node and node not in culprit_nodes:
+                culprit_nodes.append(node)
+        if not culprit_nodes and cat in _HW_CATEGORIES:
+            # the Slurm record: a job node the scheduler already marked down/drained/failing
+            for n, st in bundle.node_states.items():
+                s_up = st.upper()
+                if any(w in s_up for w in ("DOWN", "FAIL", "DRAIN")) and (not nodes or n in nodes) and n not in culprit_nodes:
+                    culprit_nodes.append(n)
+            if culprit_nodes:
+                extra += f" Slurm reports {', '.join(culprit_nodes)} down/drained: the fault is placed there."
+    elif (dom == Domain.system and act in (Action.requeue_exclude_nodes, Action.drain_and_requeue)) or (
+            cat in (Category.nvlink, Category.gpu_hardware, Category.gpu_memory_ecc)):
+        # node-local system faults (memlock limit, /dev/shm, fabric manager, ACS/IOMMU, a wedged
+        # mount) and NVLink/GPU faults of unproven severity: the node is where it happened
+        for e in roots:
+            if e.m.id == sig.id or e is root:
+                node = _ev_node(e, layout, nodes)
+                if node and node not in culprit_nodes:
+                    culprit_nodes.append(node)
+    elif sig.id == "nccl.ib_completion_error":
+        ip = sig.fields.get("peer_ip")
+        if ip and ip in bundle.ip_to_node:
+            culprit_nodes = [bundle.ip_to_node[ip]]
+            act = Action.requeue_exclude_nodes
+            extra = f" The peer {ip} maps to {culprit_nodes[0]} in the cluster config; requeue without it."
+
+    # no_progress trigger with only a watchdog hang: still a hang
+    if trig and trig.kind == TriggerKind.no_progress and cat == Category.hang:
+        act = Action.restart_in_place
+
+    # ---- culprit ranks (root event only; the same signature restated may carry the rank)
+    culprit_ranks: list[int] = []
+    if dom != Domain.system and cat not in (Category.node_failure, Category.timeout, Category.preempted,
+                                            Category.app_bug, Category.io_error):
+        if root.rank is not None:
+            culprit_ranks = [root.rank]
+        else:
+            same = {e.rank for e in events if e.m.id == sig.id and e.rank is not None}
+            if len(same) == 1:
+                culprit_ranks = sorted(same)
+    if cat == Category.hang:
+        lc: dict[int, int] = {}
+        for e in events:
+            if e.m.id == "nccl.watchdog_progress" and e.rank is not None:
+                try:
+                    lc[e.rank] = int(e.m.fields.get("last_completed", ""))
+                except ValueError:
+                    pass
+        if len(set(lc.values())) > 1:
+            low = min(lc.values())
+            culprit_ranks = sorted(r for r, v in lc.items() if v == low)
+            extra += (f" Rank(s) {culprit_ranks} completed fewer collectives (last completed work {low}) than the "
+                      "others: they are the ones absent from the collective.")
+        else:
+            culprit_ranks = []
+
+    # ---- guards
+    if dom != Domain.hardware and act == Action.drain_and_requeue and not (
+            sig.id in _SYSTEM_DRAIN and culprit_nodes):
+        act = Action.restart_in_place
+    if act == Action.requeue_exclude_nodes and not culprit_nodes and cat != Category.straggler and dom != Domain.hardware:
+        act = Action.restart_in_place
+    if cat == Category.straggler:
+        act = Action.requeue_exclude_nodes
+    escalation = ""
+    if sig.fields.get("resolution") == "contact_support":
+        escalation = " NVIDIA's resolution is 'contact support': drain the node and escalate to a person."
+
+    # conflicting deciders at the same tier: different categories and different actions
+    same_tier = [e for e in roots if e.tier == tier and e.category != cat and e.action != act
+                 and e.domain not in (Domain.unknown,) and dom != Domain.unknown]
+    confidence = _CONFIDENCE.get(tier, 0.4)
+    if same_tier:
+        confidence = max(0.2, confidence - 0.3)
+        extra += f" Conflicting evidence at the same level: {same_tier[0].m.id} ({same_tier[0].category.value})."
+    if dom == Domain.hardware and not culprit_nodes and cat in _HW_CATEGORIES:
+        confidence = min(confidence, 0.6)
+        extra += " The node is not named in the evidence: identify it from per-node logs before acting."
+    if dom == Domain.unknown:
+        confidence = min(confidence, 0.5)
+
+    # ---- explanation
+    where = ""
+    if root.node:
+        where += f" on {root.node}"
+    if root.rank is not None:
+        where += f" (rank {root.rank})"
+    detail = ""
+    if sig.id == "xid.event":
+        detail = (f" Xid {sig.fields.get('xid')} ({sig.fields.get('xid_name', '')}); NVIDIA resolution: "
+                  f"{sig.fields.get('resolution', '').replace('_', ' ')}.")
+        if sig.note:
+            detail += f" {sig.note}."
+    elif sig.id.startswith("py.") or sig.id.startswith("cuda.") or sig.id.startswith("storage."):
+        exc = sig.fields.get("exc_type")
+        if exc:
+            detail = f" Exception {exc}."
+        detail += _explain_frame(bundle, root)
+    if root.upgraded:
+        detail += f" {root.upgraded}."
+    n_casc = len(events) - 1
+    explanation = (f"{cat.value} ({dom.value}): {sig.id}{where} — {root.text.strip()[:200]}.{detail}"
+                   f"{teardown}{extra}{escalation}"
+                   + (f" {n_casc} other event(s) cited as cascade." if n_casc > 0 else "")
+                   + f" Recommended: {act.value}.")
+
+    gpus = _gpus(ctx, hw_node_events or [root]) if dom == Domain.hardware else []
+    return Attribution(category=cat, domain=dom, culprit_nodes=culprit_nodes, culprit_ranks=culprit_ranks,
+                       gpus=gpus, confidence=round(confidence, 2), root_event=root.event(),
+                       cascade_events=cite(root), action=act, explanation=explanation.strip(),
+                       node_notes=node_notes)
+
