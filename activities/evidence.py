@@ -13,12 +13,14 @@ import asyncio
 import hashlib
 from pathlib import Path
 
+import httpx
 from temporalio import activity
 
 from activities.blocking import run_blocking
+from revive.config import GpuSignals
 from revive.errors import JobNotFound, ReviveError, SchedulerError
 from revive.logline import cap_line
-from revive.models import EvidenceBundle, GatherEvidenceInput
+from revive.models import EvidenceBundle, GatherEvidenceInput, GpuSample
 from revive.scheduler.base import Scheduler
 from revive.site import KernelLogs, LocalKernelLogs, LocalLogs, LogReader
 
@@ -62,12 +64,15 @@ class EvidenceActivities:
 
     def __init__(self, scheduler: Scheduler, kernel: str | KernelLogs | None, evidence_dir: Path,
                  ip_to_node: dict[str, str] | None = None, kernel_log_utc_offset_s: int | None = None,
-                 logs: LogReader | None = None) -> None:
+                 logs: LogReader | None = None, gpu: GpuSignals | None = None) -> None:
         """``kernel``: the site's kernel-log reader (or a local path template with ``{node}``);
         ``logs``: the site's job-log reader (local files by default)."""
         self.scheduler = scheduler
         self.kernel: KernelLogs = LocalKernelLogs(kernel) if kernel is None or isinstance(kernel, str) else kernel
         self.logs: LogReader = logs or LocalLogs()
+        self.gpu = gpu or GpuSignals()
+        self.gpu_transport: httpx.AsyncBaseTransport | None = None
+        """Tests replay recorded exporter text through an ``httpx.MockTransport``."""
         self.evidence_dir = evidence_dir
         self.ip_to_node = ip_to_node or {}
         self.kernel_log_utc_offset_s = kernel_log_utc_offset_s
@@ -115,6 +120,8 @@ class EvidenceActivities:
                 b.notes.append(f"kernel log of {node} unavailable: {got.why}")
                 continue
             b.kernel_logs[node] = [cap_line(x) for x in got.lines[-KERNEL_LINES:]]
+        if self.gpu.dcgm_url_template and nodes:
+            b.gpu_metrics = await self._gpu_samples(nodes, b.notes)
         activity.logger.info("evidence for %s: %d log lines, kernel lines %s, notes %s", inp.incident_id,
                              b.job_log.count("\n") + 1 if b.job_log else 0,
                              {k: len(v) for k, v in b.kernel_logs.items()}, b.notes)
@@ -140,3 +147,23 @@ class EvidenceActivities:
             b.job_log = "\n".join(window_lines)
         except OSError as e:
             b.notes.append(f"evidence window not written: {e.strerror or e}")
+
+    async def _gpu_samples(self, nodes: list[str], notes: list[str]) -> list[GpuSample]:
+        """One scrape of each node's DCGM exporter (or ``revive agent``), concurrently; a node that
+        does not answer becomes a note."""
+        import httpx
+
+        from revive.gpu.dcgm import DcgmScraper
+
+        template = self.gpu.dcgm_url_template or ""
+        async with httpx.AsyncClient(transport=self.gpu_transport) as client:
+            scrapers = [DcgmScraper(template.replace("{node}", n), client, node=n, timeout_s=self.gpu.timeout_s)
+                        for n in nodes]
+            got = await asyncio.gather(*(s.scrape() for s in scrapers), return_exceptions=True)
+        out: list[GpuSample] = []
+        for node, res in zip(nodes, got, strict=True):
+            if isinstance(res, BaseException):
+                notes.append(f"GPU metrics of {node} unavailable: {res}")
+            else:
+                out.extend(res)
+        return out

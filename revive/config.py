@@ -194,6 +194,22 @@ class AttributionService(_Model):
         return _read_secret(self.token_file, self.token_env, "attribution.token")
 
 
+class GpuSignals(_Model):
+    """GPU metrics read into each incident's evidence (``EvidenceBundle.gpu_metrics``)."""
+
+    dcgm_url_template: str | None = None
+    """A DCGM exporter per node, e.g. ``http://{node}:9400/metrics`` (``{node}`` is replaced), or a
+    ``revive agent`` on each node (``http://{node}:9835/metrics``). None: no GPU metrics."""
+    timeout_s: float = Field(default=5.0, gt=0, le=60)
+    """Per-node scrape timeout in seconds; a node that does not answer is a note, never a failure."""
+
+    @model_validator(mode="after")
+    def _node_placeholder(self) -> GpuSignals:
+        if self.dcgm_url_template and "{node}" not in self.dcgm_url_template:
+            raise ValueError("dcgm_url_template must contain '{node}'")
+        return self
+
+
 class ClusterConfig(_Model):
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
     slurm_conf: str | None = None
@@ -205,6 +221,7 @@ class ClusterConfig(_Model):
     audit_file: str
     state_dir: str
     ip_to_node: dict[str, str] = Field(default_factory=dict)
+    gpu: GpuSignals = Field(default_factory=GpuSignals)
     attribution: AttributionService | None = None
     """External attribution service; None = Revive's rules only."""
     partitions: list[str] | None = None

@@ -51,7 +51,7 @@ def build_activities(client: Client, cfg: ClusterConfig, site: Site, task_queue:
     # syslog stamps carry no zone: the testbed's kern.log is written on this host, in its local time
     tz = time.localtime().tm_gmtoff if cfg.local_testbed else None
     ev = EvidenceActivities(scheduler, site.kernel, state / "evidence", cfg.ip_to_node, kernel_log_utc_offset_s=tz,
-                            logs=site.logs)
+                            logs=site.logs, gpu=cfg.gpu)
     at = AttributionActivities(external)
     py_spy = "py-spy"
     if cfg.local_testbed:  # the nodes are this machine: use the py-spy installed beside Revive

@@ -28,6 +28,7 @@ import typer
 from revive.gpu.nvml_agent import (
     HttpXidSink,
     JsonlXidSink,
+    KernelLineXidSink,
     NvmlAgent,
     NvmlCollector,
     NvmlReader,
@@ -121,6 +122,8 @@ def run(
     node: NodeOpt = None,
     xid_jsonl: Annotated[str | None, typer.Option("--xid-jsonl", help="append each Xid event to this JSON-lines file")] = None,
     xid_url: Annotated[str | None, typer.Option("--xid-url", help="POST each Xid event as JSON to this URL")] = None,
+    xid_kernel_log: Annotated[str | None, typer.Option(
+        "--xid-kernel-log", help="append each Xid event as an 'NVRM: Xid' line to this file (Revive's kernel_log)")] = None,
     xid_timeout_s: Annotated[float, typer.Option("--xid-timeout", help="seconds per POST attempt")] = 5.0,
     wait_ms: Annotated[int, typer.Option("--wait-ms", help="NVML event wait slice [ms]")] = 1000,
     no_metrics: Annotated[bool, typer.Option("--no-metrics", help="do not serve /metrics")] = False,
@@ -132,6 +135,8 @@ def run(
     sinks: list[Any] = []
     if xid_jsonl:
         sinks.append(JsonlXidSink(xid_jsonl))
+    if xid_kernel_log:
+        sinks.append(KernelLineXidSink(xid_kernel_log))
     if xid_url:
         sinks.append(HttpXidSink(xid_url, timeout_s=xid_timeout_s))
     if not sinks:

@@ -697,6 +697,15 @@ class JsonlXidSink:
         await asyncio.to_thread(self._write, ev.to_json())
 
 
+class KernelLineXidSink(JsonlXidSink):
+    """Appends each event as an ``NVRM: Xid`` kernel-log line (:meth:`XidEvent.kernel_line`) to
+    ``path``: point the cluster config's ``kernel_log.path_template`` at that file and Revive reads
+    the agent's Xid events as evidence exactly like the kernel's own lines (locally or over SSH)."""
+
+    async def __call__(self, ev: XidEvent) -> None:
+        await asyncio.to_thread(self._write, ev.kernel_line())
+
+
 class HttpXidSink:
     """POSTs each event as JSON (:meth:`XidEvent.to_dict`) to ``url``.
 

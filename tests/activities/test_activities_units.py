@@ -103,3 +103,29 @@ async def test_no_hold_without_an_armed_release():
     else:
         raise AssertionError("expected a refusal")
     assert sched.mutating_calls == []
+
+
+async def test_gpu_metrics_from_each_nodes_exporter_become_evidence(tmp_path):
+    """gpu.dcgm_url_template: each job node's exporter is scraped into the bundle; a dead one is a note."""
+    from pathlib import Path
+
+    import httpx
+
+    from revive.config import GpuSignals
+
+    scrape = (Path(__file__).resolve().parents[1] / "data" / "gpu" / "dcgm_h100_scrape1.prom").read_text()
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        if req.url.host == "node2":
+            raise httpx.ConnectError("refused", request=req)
+        return httpx.Response(200, text=scrape)
+
+    sched = FakeScheduler(cluster="c", jobs=[JobRecord(job_id="1", nodes=["node1", "node2"], std_out=str(tmp_path / "o"))])
+    (tmp_path / "o").write_text("iteration 1/10\n")
+    ev = EvidenceActivities(sched, None, tmp_path / "ev", gpu=GpuSignals(dcgm_url_template="http://{node}:9400/metrics"))
+    ev.gpu_transport = httpx.MockTransport(handler)
+    trig = Trigger(kind=TriggerKind.job_state, at=NOW, state_from="RUNNING", state_to="FAILED")
+    b = await ev.gather_evidence(GatherEvidenceInput(incident_id="g", cluster="c", job_id="1", trigger=trig, settle_s=0))
+    assert b.gpu_metrics and {s.node for s in b.gpu_metrics} == {"node1"}
+    assert any("DCGM_FI_DEV_SM_CLOCK" in s.metrics or "sm_clock" in " ".join(s.metrics) for s in b.gpu_metrics)
+    assert any("GPU metrics of node2 unavailable" in n for n in b.notes)

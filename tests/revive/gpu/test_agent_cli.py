@@ -88,6 +88,22 @@ def test_run_forwards_xid_to_jsonl(tmp_path):
     assert (ev["node"], ev["gpu_index"], ev["xid"], ev["pci_bus_id"]) == ("gpu-node-07", 0, 79, "00000000:18:00.0")
 
 
+def test_run_writes_xid_as_a_kernel_line_the_attribution_engine_reads(tmp_path):
+    """--xid-kernel-log: the agent's Xid events reach Revive as kernel-log evidence (kernel_log.path_template)."""
+    from revive.attribution.engine import attribute
+    from revive.models import EvidenceBundle, JobRecord
+
+    out = tmp_path / "gpu-node-07.kern"
+    r = runner.invoke(app, ["run", "--fake", str(FAKE_FIXTURE), "--node", "gpu-node-07", "--no-metrics",
+                            "--xid-kernel-log", str(out), "--wait-ms", "10", "--max-events", "1"])
+    assert r.exit_code == 0, r.output
+    lines = out.read_text().splitlines()
+    assert len(lines) == 1 and "NVRM: Xid" in lines[0] and ": 79," in lines[0]
+    a = attribute(EvidenceBundle(kernel_logs={"gpu-node-07": lines},
+                                 job=JobRecord(job_id="1", nodes=["gpu-node-07", "gpu-node-08"])))
+    assert (a.category.value, a.culprit_nodes, a.action.value) == ("gpu_hardware", ["gpu-node-07"], "drain_and_requeue")
+
+
 def test_run_serves_metrics_on_a_port(tmp_path):
     r = runner.invoke(app, ["run", "--fake", str(FAKE_FIXTURE), "--port", "0", "--addr", "127.0.0.1",
                             "--wait-ms", "10", "--max-events", "1"])
