@@ -9,7 +9,7 @@ loop keeps running even while the thread computes.)
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from temporalio import activity
@@ -32,3 +32,21 @@ async def run_blocking(fn: Callable[..., T], *args: object, every_s: float | Non
             return task.result()
         if in_activity:
             activity.heartbeat("working")
+
+
+async def with_heartbeats(coro: Awaitable[T], every_s: float | None = None) -> T:
+    """Await ``coro`` while heartbeating every ``every_s`` seconds (act steps have a short heartbeat
+    timeout, so a killed worker's step is retried within seconds). Re-raises what ``coro`` raises."""
+    every = HEARTBEAT_EVERY_S if every_s is None else every_s
+    task = asyncio.ensure_future(coro)
+    in_activity = activity.in_activity()
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=every)
+            if done:
+                return task.result()
+            if in_activity:
+                activity.heartbeat("acting")
+    finally:
+        if not task.done():
+            task.cancel()

@@ -21,6 +21,7 @@ from pathlib import Path
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.blocking import with_heartbeats
 from activities.jobspec import (
     ENV_NOTE,
     JobSpecActivities,
@@ -133,6 +134,10 @@ class RemediationActivities:
 
     @activity.defn(name="drain_nodes")
     async def drain_nodes(self, inp: DrainInput) -> ActionResult:
+        """Heartbeats while it acts (see ``_drain_nodes``)."""
+        return await with_heartbeats(self._drain_nodes(inp))
+
+    async def _drain_nodes(self, inp: DrainInput) -> ActionResult:
         """Drain ``inp.nodes`` with ``inp.reason`` unless already drained (never overwrite another
         drain reason: a node someone else drained stays as it is). A purged job with a saved
         spec still has its node drained (it will be resubmitted)."""
@@ -153,6 +158,10 @@ class RemediationActivities:
 
     @activity.defn(name="requeue_job")
     async def requeue_job(self, inp: RequeueInput) -> ActionResult:
+        """Heartbeats while it acts (see ``_requeue_job``)."""
+        return await with_heartbeats(self._requeue_job(inp))
+
+    async def _requeue_job(self, inp: RequeueInput) -> ActionResult:
         """Requeue the job (from its last checkpoint: the job resumes by itself).
 
         - already requeued (restart count above the recorded attempt, or PENDING): only add the

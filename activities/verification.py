@@ -22,7 +22,7 @@ from temporalio import activity
 from revive.errors import ReviveError, SchedulerError
 from revive.logline import decode_line
 from revive.models import VerifyInput, VerifyResult, WaitCheckpointInput
-from revive.progress import ResumeTracker, parse_attempt, parse_checkpoint
+from revive.progress import ProfileResumeTracker, ResumeTracker, parse_attempt, parse_checkpoint
 from revive.scheduler.base import Scheduler
 from revive.site import LocalLogs, LogReader
 
@@ -72,13 +72,15 @@ class VerificationActivities:
                 except OSError:
                     start_offset = 0
         tracker = ResumeTracker(inp.after_attempt)
+        profiled = ProfileResumeTracker(inp.checkpoint_iteration)
+        restarts: int | None = None
         reader: LogReader | None = None
         followed: str | None = None
         while True:
             log_path = inp.log_path
             try:
                 job = await self.scheduler.get_job(inp.job.job_id)
-                state, nodes = job.state, job.nodes
+                state, nodes, restarts = job.state, job.nodes, job.restart_count
                 log_path = inp.log_path or job.std_out
             except SchedulerError as e:
                 detail = f"job unavailable: {e}"
@@ -87,13 +89,20 @@ class VerificationActivities:
                 try:
                     if reader is None or followed != log_path:
                         tracker = ResumeTracker(inp.after_attempt)
+                        profiled = ProfileResumeTracker(inp.checkpoint_iteration)
                         reader, new = await _open(self.logs, log_path, start_offset)
                         followed = log_path
-                    new += await reader.read_new(log_path)
+                    fresh = await reader.read_new(log_path)
                 except ReviveError as e:  # the login node is unreachable: keep polling
                     detail = f"log unreadable: {e}"
+                    fresh = []
                 for _, text in new:
+                    profiled.seen(text)
+                for _, text in new + fresh:
                     tracker.feed(text)
+                if restarts is not None and restarts > inp.after_attempt:
+                    for _, text in fresh:  # written after the requeue, by the new attempt
+                        profiled.feed(text)
             res = tracker.res
             if res.first_after is not None:
                 bad = sorted(set(inp.excluded_nodes) & (set(nodes) | set(res.host_set)))
@@ -103,13 +112,29 @@ class VerificationActivities:
                 elif ok_resume:
                     return VerifyResult(
                         recovered=True, job_state=state, nodes=nodes, resumed_from=res.resumed_from,
-                        first_iteration_after=res.first_after, resumed_at=res.first_after_at,
+                        first_iteration_after=res.first_after, resumed_at=res.first_after_at, rule="revive_markers",
                         detail=f"attempt {res.attempt} resumed from checkpoint at iteration {res.resumed_from} "
                                f"and reached iteration {res.first_after} on {','.join(sorted(res.host_set or nodes))}",
                     )
                 else:
                     detail = "training restarted from scratch: no 'resumed from checkpoint' line"
+            elif profiled.rule is not None and state == "RUNNING":
+                bad = sorted(set(inp.excluded_nodes) & (set(nodes) | profiled.hosts))
+                if bad:
+                    detail = f"resumed but on excluded node(s) {bad}"
+                else:
+                    return VerifyResult(
+                        recovered=True, job_state=state, nodes=nodes, resumed_from=profiled.loaded,
+                        first_iteration_after=profiled.first_after, resumed_at=profiled.first_after_at,
+                        rule=profiled.rule,
+                        detail=f"attempt {restarts} reached iteration {profiled.first_after} ({profiled.rule}; "
+                               f"loaded {profiled.loaded}, last saved {inp.checkpoint_iteration}) on {','.join(nodes)}")
             if time.monotonic() >= deadline:
+                if state == "RUNNING" and res.first_after is None and not profiled.matched_profile \
+                        and restarts is not None and restarts > inp.after_attempt:
+                    return VerifyResult(recovered=False, unverified=True, job_state=state, nodes=nodes,
+                                        detail=f"the job runs again (attempt {restarts}) but its log matched no "
+                                               "progress profile: resumption could not be checked")
                 return VerifyResult(recovered=False, job_state=state, nodes=nodes,
                                     resumed_from=res.resumed_from,
                                     detail=detail or f"no iteration past the checkpoint within {inp.timeout_s:.0f} s "

@@ -34,6 +34,7 @@ _TITLES = {
     "breaker_tripped": ":rotating_light: Drain circuit breaker tripped",
     "recovered": ":white_check_mark: Recovered",
     "not_recovered": ":x: Not recovered",
+    "unverified": ":grey_question: Recovery not verifiable (log matches no progress profile)",
 }
 
 

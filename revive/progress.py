@@ -140,3 +140,58 @@ def find_resume(lines: list[str], after_attempt: int) -> ResumeCheck:
     for line in lines:
         t.feed(line)
     return t.res
+
+
+class ProfileResumeTracker:
+    """"Training resumed", from any framework's own lines (``revive.profiles``), for lines written
+    after the requeue (the caller feeds only those):
+
+    - ``resumed_past_loaded_checkpoint``: the attempt printed that it loaded checkpoint K, then an
+      iteration above K;
+    - ``past_last_saved_checkpoint``: no load line (the framework does not print one), and an
+      iteration above the last checkpoint saved before the fault;
+    - ``fresh_start_progress``: no checkpoint existed, and the job made any progress.
+
+    ``rule`` names the one that proved it (None: not yet); ``matched_profile`` is False while no
+    line of the attempt matched any profile (verify then reports *unverified*, not a failure).
+    """
+
+    def __init__(self, checkpoint_iteration: int | None, extractor: object | None = None) -> None:
+        from revive.profiles import load_builtin_profiles
+        from revive.profiles.extract import ProgressExtractor
+
+        self.checkpoint = checkpoint_iteration
+        self.extractor = extractor if extractor is not None else ProgressExtractor(load_builtin_profiles())
+        self.loaded: int | None = None
+        self.rule: str | None = None
+        self.first_after: int | None = None
+        self.first_after_at: datetime | None = None
+        self.matched_profile = False
+        self.hosts: set[str] = set()
+
+    def seen(self, line: str) -> None:
+        """A line from before the requeue: it only tells whether the log speaks a known profile."""
+        if not self.matched_profile and self.extractor.events(line):  # type: ignore[attr-defined]
+            self.matched_profile = True
+
+    def feed(self, line: str) -> None:
+        if self.rule is not None:
+            return
+        from revive.profiles.extract import CheckpointLoaded, Iteration
+
+        for ev in self.extractor.events(line):  # type: ignore[attr-defined]
+            self.matched_profile = True
+            if isinstance(ev, CheckpointLoaded) and ev.iter is not None:
+                self.loaded = ev.iter
+            elif isinstance(ev, Iteration):
+                if ev.host:
+                    self.hosts.add(ev.host)
+                if self.loaded is not None:
+                    ok, rule = ev.iter > self.loaded, "resumed_past_loaded_checkpoint"
+                elif self.checkpoint is not None:
+                    ok, rule = ev.iter > self.checkpoint, "past_last_saved_checkpoint"
+                else:
+                    ok, rule = True, "fresh_start_progress"
+                if ok:
+                    self.rule, self.first_after, self.first_after_at = rule, ev.iter, ev.ts
+                    return

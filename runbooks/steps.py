@@ -61,7 +61,8 @@ async def drain(inp: RunbookInput, nodes: list[str]) -> ActionResult:
         return await workflow.execute_activity_method(
             RemediationActivities.drain_nodes,
             DrainInput(incident_id=inp.incident_id, job=inp.job, nodes=nodes, reason=reason),
-            start_to_close_timeout=retry.SHORT, retry_policy=retry.MUTATING, summary=f"drain {','.join(nodes)}",
+            start_to_close_timeout=retry.SHORT, schedule_to_close_timeout=retry.MUTATING_DEADLINE,
+            heartbeat_timeout=retry.ACT_HEARTBEAT, retry_policy=retry.MUTATING, summary=f"drain {','.join(nodes)}",
         )
     except ActivityError as e:
         raise StepRefused(_cause(e)) from None
@@ -72,7 +73,8 @@ async def requeue(inp: RunbookInput, exclude: list[str] | None = None) -> Action
         return await workflow.execute_activity_method(
             RemediationActivities.requeue_job,
             RequeueInput(incident_id=inp.incident_id, job=inp.job, exclude_nodes=exclude or []),
-            start_to_close_timeout=timedelta(minutes=2), retry_policy=retry.MUTATING,
+            start_to_close_timeout=timedelta(minutes=2), schedule_to_close_timeout=retry.MUTATING_DEADLINE,
+            heartbeat_timeout=retry.ACT_HEARTBEAT, retry_policy=retry.MUTATING,
             summary="requeue" + (f" excluding {','.join(exclude)}" if exclude else ""),
         )
     except ActivityError as e:
@@ -154,6 +156,7 @@ class RunbookLog:
     def done(self, v: VerifyResult) -> RunbookResult:
         return RunbookResult(
             runbook=self.name, actions=self.actions, verify=v,
-            outcome=IncidentOutcome.recovered if v.recovered else IncidentOutcome.not_recovered,
+            outcome=(IncidentOutcome.recovered if v.recovered
+                     else IncidentOutcome.unverified if v.unverified else IncidentOutcome.not_recovered),
             reason=v.detail, first_action_at=self.first_action_at, diagnostics=self.diagnostics,
         )

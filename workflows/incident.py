@@ -30,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
     from revive.logline import cap_line
     from revive.models import (
         Action,
+        ActionKind,
         Attribution,
         AuditRecord,
         Decision,
@@ -252,7 +253,7 @@ class IncidentWorkflow:
             incident_id=inp.incident_id, outcome=outcome, reason=reason,
             category=a.category if a else None, domain=a.domain if a else None,
             culprit_nodes=a.culprit_nodes if a else [], recommended=a.action if a else None,
-            executed=plan.action if plan and runbook else (Action.stop_no_retry if plan and plan.runbook == RunbookName.stop else None),
+            executed=self._executed(plan, runbook),
             rule=plan.rule if plan else "", decided_by=d.approver if d else None,
             detected_at=inp.detected_at, first_action_at=runbook.first_action_at if runbook else None,
             resumed_at=runbook.verify.resumed_at if runbook and runbook.verify else None,
@@ -273,6 +274,18 @@ class IncidentWorkflow:
         )
         await workflow.wait_condition(workflow.all_handlers_finished)
         return result
+
+    @staticmethod
+    def _executed(plan: Plan | None, runbook: RunbookResult | None) -> Action | None:
+        """What really ran: the plan's action only when the runbook's cluster steps succeeded (a
+        refused or failed step reports nothing it did not do); ``stop`` plans record the stop."""
+        if plan is None:
+            return None
+        if runbook is None:
+            return Action.stop_no_retry if plan.runbook == RunbookName.stop else None
+        acted = any(a.ok and a.action in (ActionKind.drain, ActionKind.requeue, ActionKind.resubmit)
+                    for a in runbook.actions)
+        return plan.action if acted else None
 
     # ---- state, UI metadata --------------------------------------------------------------------
     def _set_state(self, state: str) -> None:

@@ -340,6 +340,13 @@ class VerifyResult(BaseModel):
     resumed_at: datetime | None = None
     """Time of the first progress line past the checkpoint (from the log line's own timestamp)."""
     detail: str = ""
+    rule: str | None = None
+    """Which rule proved the resume: ``revive_markers`` (the demo job's attempt/resume lines), or a
+    framework profile's ``resumed_past_loaded_checkpoint`` / ``past_last_saved_checkpoint`` /
+    ``fresh_start_progress`` (``revive.progress.ProfileResumeTracker``)."""
+    unverified: bool = False
+    """True when the log matched no progress profile at all: Revive cannot tell, it does not claim
+    a failure (the incident closes ``unverified``)."""
 
 
 class IncidentState(StrEnum):
@@ -356,6 +363,8 @@ class IncidentState(StrEnum):
 class IncidentOutcome(StrEnum):
     recovered = "recovered"
     not_recovered = "not_recovered"
+    unverified = "unverified"
+    """The plan ran, but the job's log matched no progress profile: resumption could not be checked."""
     rejected = "rejected"
     expired = "expired"
     escalated = "escalated"

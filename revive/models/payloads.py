@@ -174,7 +174,8 @@ class AuditRecord(BaseModel):
 
 # ---- notifications (revive.notify, activities.notify) -----------------------------------------
 
-EventKind = Literal["approval_needed", "stopped", "breaker_tripped", "recovered", "not_recovered", "escalated"]
+EventKind = Literal["approval_needed", "stopped", "breaker_tripped", "recovered", "not_recovered", "unverified",
+                    "escalated"]
 
 
 class NotifyEvent(BaseModel):
