@@ -102,7 +102,7 @@ class EvidenceActivities:
         if log_path:
             b.job_log_source = log_path
             try:
-                data, _ = await self.logs.read_tail(log_path, TAIL_BYTES)
+                data, _ = await self.logs.read_tail(log_path, TAIL_BYTES, job_id=inp.job_id)
             except (OSError, ReviveError) as e:
                 b.notes.append(f"job log unreadable: {log_path}: {getattr(e, 'strerror', None) or e}")
             else:

@@ -30,12 +30,12 @@ VERIFY_TAIL_BYTES = 16 * 1024 * 1024
 """Bytes of the log's tail read on the first poll (earlier attempts lie before it)."""
 
 
-async def _open(logs: LogReader, path: str, offset: int | None) -> tuple[LogReader, list[tuple[int, str]]]:
+async def _open(logs: LogReader, path: str, offset: int | None, job_id: str = "") -> tuple[LogReader, list[tuple[int, str]]]:
     """A fresh reader of ``path`` positioned at ``offset`` (None: ``VERIFY_TAIL_BYTES`` before the
     end), and the lines between that point and the end. A missing file starts at 0 when it appears."""
     reader = logs.fresh()
     try:
-        data, size = await reader.read_tail(path, VERIFY_TAIL_BYTES)
+        data, size = await reader.read_tail(path, VERIFY_TAIL_BYTES, job_id=job_id)
     except (OSError, ReviveError):
         return reader, []
     if offset is not None:  # only what was written after ``offset`` counts
@@ -90,9 +90,9 @@ class VerificationActivities:
                     if reader is None or followed != log_path:
                         tracker = ResumeTracker(inp.after_attempt)
                         profiled = ProfileResumeTracker(inp.checkpoint_iteration)
-                        reader, new = await _open(self.logs, log_path, start_offset)
+                        reader, new = await _open(self.logs, log_path, start_offset, inp.job.job_id)
                         followed = log_path
-                    fresh = await reader.read_new(log_path)
+                    fresh = await reader.read_new(log_path, job_id=inp.job.job_id, hosts=tuple(nodes))
                 except ReviveError as e:  # the login node is unreachable: keep polling
                     detail = f"log unreadable: {e}"
                     fresh = []

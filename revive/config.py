@@ -134,6 +134,27 @@ class LogSource(_Model):
     over_ssh: bool = False
     """Read job logs on the login node over SFTP (``scheduler.mode: ssh``; the login node sees the
     shared file system the jobs write to) instead of locally."""
+    backend: Literal["file", "loki", "victorialogs"] = "file"
+    """Where job logs are read: files (local or over SSH), or a log store (``revive.logsources``)."""
+    url: str | None = None
+    """Loki / VictoriaLogs base URL."""
+    labels: dict[str, str] = Field(default_factory=dict)
+    """Stream selector template, values may use ``{job_id}``, ``{path}``, ``{hosts}``: e.g.
+    promtail's ``{filename: "{path}"}`` or ``{job: slurm, slurm_job_id: "{job_id}"}``."""
+    tenant: str | None = None
+    """Loki ``X-Scope-OrgID``; VictoriaLogs ``AccountID[:ProjectID]``."""
+    token_file: str | None = None
+    """Bearer token file for the log store (read at use, never logged)."""
+    lookback_s: float = Field(default=3600.0, ge=0)
+    """How far back a first read (and the evidence window) looks, in seconds."""
+
+    @model_validator(mode="after")
+    def _store_needs_url(self) -> LogSource:
+        if self.backend != "file" and (not self.url or not self.labels):
+            raise ValueError(f"logs.backend {self.backend} needs logs.url and logs.labels")
+        if self.backend != "file" and self.over_ssh:
+            raise ValueError("logs.over_ssh applies to files only")
+        return self
 
 
 class KernelLogSource(_Model):

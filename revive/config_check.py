@@ -110,13 +110,17 @@ async def check_config(cfg: ClusterConfig) -> list[CheckRow]:
         return True, f"namespace {cfg.temporal.namespace}, task queue {cfg.temporal.task_queue}"
 
     rows.append(await _timed("temporal", cfg.temporal.address, temporal()))
-    log_path = next((j.std_out for j in jobs if j.std_out), None)
-    if log_path:
+    job = next((j for j in jobs if j.std_out), None)
+    if job is not None and job.std_out:
+        log_path = job.std_out
+
         async def logs() -> tuple[bool, str]:
-            _, size = await site.logs.read_tail(log_path, 4096)
+            _, size = await site.logs.read_tail(log_path, 4096, job_id=job.job_id)
             return True, f"{size} bytes"
 
-        rows.append(await _timed("job log", ("sftp:" if cfg.logs.over_ssh else "") + log_path, logs()))
+        where_log = (f"{cfg.logs.backend} {cfg.logs.url} job {job.job_id}" if cfg.logs.backend != "file"
+                     else ("sftp:" if cfg.logs.over_ssh else "") + log_path)
+        rows.append(await _timed("job log", where_log, logs()))
     else:
         rows.append(CheckRow("job log", "-", True, "no job with a log to read right now"))
     nodes = sorted({n for j in jobs for n in j.nodes}) or [n.name for n in (await _nodes(site))[:1]]

@@ -24,7 +24,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Protocol
 
+import httpx
+
 from revive.config import ClusterConfig
+from revive.config import LogSource as LogSourceConfig
 from revive.scheduler.base import Scheduler
 from revive.scheduler.runners import CommandRunner, LocalRunner, SSHRunner
 from revive.tail import Follower
@@ -37,11 +40,12 @@ class LogReader(Protocol):
     """Job logs. Paths are the job's ``StdOut`` as slurmctld reports it (a path on the login node's
     file system in SSH mode). Lines are ``(1-based line number, text)``, capped (``revive.logline``)."""
 
-    async def read_new(self, path: str) -> list[tuple[int, str]]:
-        """Complete lines ``path`` gained since the last call (missing file → ``[]``)."""
+    async def read_new(self, path: str, job_id: str = "", hosts: tuple[str, ...] = ()) -> list[tuple[int, str]]:
+        """Complete lines ``path`` gained since the last call (missing file → ``[]``). ``job_id`` and
+        ``hosts`` select the stream in a log store (files ignore them)."""
         ...
 
-    async def read_tail(self, path: str, max_bytes: int) -> tuple[bytes, int]:
+    async def read_tail(self, path: str, max_bytes: int, job_id: str = "") -> tuple[bytes, int]:
         """The last ``max_bytes`` bytes and the file size. Raises ``OSError`` for the file."""
         ...
 
@@ -78,10 +82,10 @@ class LocalLogs:
     def __init__(self, follower: Follower | None = None) -> None:
         self.follower = follower or Follower()
 
-    async def read_new(self, path: str) -> list[tuple[int, str]]:
+    async def read_new(self, path: str, job_id: str = "", hosts: tuple[str, ...] = ()) -> list[tuple[int, str]]:
         return await asyncio.to_thread(self.follower.read_new, path)
 
-    async def read_tail(self, path: str, max_bytes: int) -> tuple[bytes, int]:
+    async def read_tail(self, path: str, max_bytes: int, job_id: str = "") -> tuple[bytes, int]:
         def tail() -> tuple[bytes, int]:
             with Path(path).open("rb") as f:
                 f.seek(0, 2)
@@ -147,10 +151,10 @@ class RemoteLogs:
         self._factory = factory
         self.follower = RemoteFollower(factory, offsets_file=offsets_file, cluster=cluster)
 
-    async def read_new(self, path: str) -> list[tuple[int, str]]:
+    async def read_new(self, path: str, job_id: str = "", hosts: tuple[str, ...] = ()) -> list[tuple[int, str]]:
         return await self.follower.read_new(path)
 
-    async def read_tail(self, path: str, max_bytes: int) -> tuple[bytes, int]:
+    async def read_tail(self, path: str, max_bytes: int, job_id: str = "") -> tuple[bytes, int]:
         return await self.follower.read_tail(path, max_bytes)
 
     def fresh(self) -> RemoteLogs:
@@ -167,6 +171,52 @@ class RemoteLogs:
 
     async def close(self) -> None:
         await self.follower.close()
+
+
+class StoreLogs:
+    """Job logs in Loki or VictoriaLogs (``revive.logsources``), selected by the configured labels.
+
+    A stream is one job's log (``{job_id}``, ``{path}``, ``{hosts}`` in the label template). Line
+    numbers are the store's per-stream sequence. ``read_tail`` reads the stream from ``lookback_s``
+    ago up to now on this reader's own cursor, so a following ``read_new`` continues from there.
+    """
+
+    def __init__(self, cfg: LogSourceConfig, transport: httpx.AsyncBaseTransport | None = None) -> None:
+        from revive.logsources import from_config
+
+        self.cfg = cfg
+        self.transport = transport
+        c = cfg
+        data = {"backend": c.backend, "url": c.url, "labels": dict(c.labels), "tenant": c.tenant,
+                "token_file": c.token_file, "lookback_s": c.lookback_s}
+        self.source = from_config(data, **({"transport": transport} if transport is not None else {}))
+
+    def _sel(self, path: str, job_id: str, hosts: tuple[str, ...]):  # noqa: ANN202
+        from revive.logsources import StreamSelector
+
+        return StreamSelector(job_id=job_id, hosts=tuple(hosts), path=path)
+
+    async def read_new(self, path: str, job_id: str = "", hosts: tuple[str, ...] = ()) -> list[tuple[int, str]]:
+        return [(ln.seq, ln.text) for ln in await self.source.read_new(self._sel(path, job_id, hosts))]
+
+    async def read_tail(self, path: str, max_bytes: int, job_id: str = "") -> tuple[bytes, int]:
+        lines: list[str] = []
+        for _ in range(100):  # bounded catch-up: a store pages at its limit
+            got = await self.source.read_new(self._sel(path, job_id, ()))
+            if not got:
+                break
+            lines += [ln.text for ln in got]
+        data = ("\n".join(lines) + "\n").encode() if lines else b""
+        return data[-max_bytes:], len(data)
+
+    def fresh(self) -> StoreLogs:
+        return StoreLogs(self.cfg, self.transport)
+
+    def seek(self, path: str, data: bytes, size: int) -> None:
+        return None  # read_tail already moved this reader's cursor to the end
+
+    async def close(self) -> None:
+        await self.source.close()
 
 
 class RemoteKernelLogs:
@@ -211,6 +261,7 @@ def build_site(cfg: ClusterConfig, scheduler: Scheduler | None = None) -> Site:
     runner: CommandRunner
     logs: LogReader
     kernel: KernelLogs
+    store = cfg.logs.backend != "file"
     if sched_cfg.mode == "ssh" and sched_cfg.ssh is not None:
         from revive.remote import SSHEndpoint, connector
 
@@ -242,4 +293,6 @@ def build_site(cfg: ClusterConfig, scheduler: Scheduler | None = None) -> Site:
             rest = sched_cfg.rest  # the JWT is read here, at start-up, and never leaves this process
             scheduler = SlurmREST(httpx.AsyncClient(timeout=sched_cfg.command_timeout_s), rest.url, rest.user,
                                   rest.token(), cli, api_version=rest.api_version)
+    if store:
+        logs = StoreLogs(cfg.logs)
     return Site(cfg=cfg, scheduler=scheduler, runner=runner, logs=logs, kernel=kernel)

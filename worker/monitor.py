@@ -159,7 +159,7 @@ class Monitor:
         t = w.tracker
         if j.std_out:
             try:
-                new = await self.logs.read_new(j.std_out)
+                new = await self.logs.read_new(j.std_out, job_id=j.job_id, hosts=tuple(j.nodes))
             except ReviveError as e:  # the login node is unreachable: no lines, no false hang
                 log.warning("log of job %s unreadable for now: %s", j.job_id, e)
                 t.paused_s += self.cfg.logs.poll_interval_s

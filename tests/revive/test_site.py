@@ -69,3 +69,35 @@ def test_rest_reads_with_cli_actions(tmp_path) -> None:
 def test_config_says_what_is_wrong(bad, why) -> None:
     with pytest.raises(ConfigError, match=why):
         parse_cluster_config({**BASE, **bad})
+
+
+async def test_loki_backend_feeds_the_monitor_and_the_evidence_window() -> None:
+    """logs.backend: loki — one job's stream by its labels, read through the same LogReader the
+    monitor, evidence and verify use (replies shaped as Loki's /loki/api/v1/query_range documents)."""
+    import httpx
+
+    from revive.site import StoreLogs
+
+    seen: list[str] = []
+    import time
+
+    t0 = int((time.time() - 600) * 1e9)  # ten minutes ago, in ns
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        assert req.url.path == "/loki/api/v1/query_range"
+        seen.append(req.url.params["query"])
+        start = int(req.url.params["start"])
+        values = [[str(t0 + i * 1_000_000_000), f"[rank 0 host node1] iteration {i}/100"] for i in range(3)
+                  if t0 + i * 1_000_000_000 >= start]
+        if len(seen) > 1:
+            values = [v for v in values if int(v[0]) > t0 + 1_000_000_000]
+        return httpx.Response(200, json={"status": "success", "data": {"resultType": "streams", "result": [
+            {"stream": {"slurm_job_id": "42"}, "values": values}] if values else []}})
+
+    cfg = parse_cluster_config({**BASE, "logs": {"backend": "loki", "url": "http://loki:3100",
+                                                 "labels": {"slurm_job_id": "{job_id}"}}})
+    logs = StoreLogs(cfg.logs, transport=httpx.MockTransport(handler))
+    data, size = await logs.read_tail("/home/u/slurm-42.out", 1 << 20, job_id="42")
+    assert data.decode().splitlines()[0].endswith("iteration 0/100") and size == len(data)
+    assert 'slurm_job_id="42"' in seen[0]
+    await logs.close()
