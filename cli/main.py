@@ -67,12 +67,38 @@ async def _client(config: str, identity: str):
     return await connect(_cfg(config).temporal, identity=identity)
 
 
+MetricsPortOpt = Annotated[int | None, typer.Option(
+    "--metrics-port", envvar="REVIVE_METRICS_PORT",
+    help="serve Prometheus /metrics on this port (default: off)")]
+MetricsAddrOpt = Annotated[str, typer.Option(
+    "--metrics-addr", envvar="REVIVE_METRICS_ADDR", help="address /metrics listens on (0.0.0.0, like the GPU agent: the chart and compose scrape it from outside the container)")]
+
+
+def _serve_metrics(port: int | None, addr: str) -> object | None:
+    """Start the exposition server when a port is given (0: any free port); None when off."""
+    if port is None:
+        return None
+    if not 0 <= port <= 65535:
+        raise Fail(f"--metrics-port {port}: not a TCP port", 2)
+    from revive import metrics as rm
+
+    try:
+        srv = rm.serve(port, addr)
+    except OSError as e:
+        raise Fail(f"cannot serve metrics on {addr}:{port}: {e.strerror or e}", 2) from None
+    err.print(f"metrics on http://{_safe(addr)}:{srv.port}/metrics")
+    return srv
+
+
 @app.command()
-def worker(config: ConfigOpt = DEFAULT_CONFIG) -> None:
+def worker(config: ConfigOpt = DEFAULT_CONFIG, metrics_port: MetricsPortOpt = None,
+           metrics_addr: MetricsAddrOpt = "0.0.0.0") -> None:
     """Run the Temporal worker (workflows + activities) for a cluster."""
     from worker.main import run_worker
 
-    _run(run_worker(_cfg(config)))
+    cfg = _cfg(config)
+    _serve_metrics(metrics_port, metrics_addr)
+    _run(run_worker(cfg))
 
 
 @app.command()
@@ -80,12 +106,16 @@ def monitor(
     config: ConfigOpt = DEFAULT_CONFIG,
     policy: Annotated[str | None, typer.Option(help="policy YAML (default: built-in, observe mode)")] = None,
     ui: Annotated[str | None, typer.Option(help="Web UI base URL for incident links")] = None,
+    metrics_port: MetricsPortOpt = None,
+    metrics_addr: MetricsAddrOpt = "0.0.0.0",
 ) -> None:
     """Watch opted-in jobs and open incidents."""
     from revive.policy import load_policy
     from worker.monitor import run_monitor
 
-    _run(run_monitor(_cfg(config), load_policy(policy), policy_path=policy, ui_base=ui))
+    cfg, pol = _cfg(config), load_policy(policy)
+    _serve_metrics(metrics_port, metrics_addr)
+    _run(run_monitor(cfg, pol, policy_path=policy, ui_base=ui))
 
 
 @app.command()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import shlex
 from typing import Protocol
 
+from revive import metrics as rm
 from revive.decide.budgets import owns_drain
 from revive.models import NodeRecord
 from revive.policy import RecoveryPolicy
@@ -89,4 +90,5 @@ async def resume_node(
     if again is None or not again.drained or not owns_drain(again.reason, policy):
         return False, f"{node}: not resumed: its state or drain reason changed during the health check"
     ran = await scheduler.resume_nodes([node])
+    rm.action_issued("resume")
     return True, f"{node}: resumed ({note}; drain reason was {rec.reason!r}; ran {shlex.join(ran)})"

@@ -22,6 +22,7 @@ from activities.jobspec import JobSpecActivities
 from activities.notify import notify
 from activities.remediation import RemediationActivities
 from activities.verification import VerificationActivities
+from revive import metrics as rm
 from revive.config import ClusterConfig
 from revive.failopen import arm_hold_release
 from revive.scheduler.base import Scheduler
@@ -80,7 +81,7 @@ def build_worker(client: Client, cfg: ClusterConfig, scheduler: Scheduler, task_
     subs = {activity_name(f): f for f in replace or []}
     acts = [subs.pop(activity_name(f), f) for f in build_activities(client, cfg, scheduler, tq)]
     return Worker(client, task_queue=tq, workflows=WORKFLOWS, activities=acts + list(subs.values()),
-                  graceful_shutdown_timeout=timedelta(seconds=5))
+                  interceptors=[rm.metrics_interceptor()], graceful_shutdown_timeout=timedelta(seconds=5))
 
 
 async def run_worker(cfg: ClusterConfig, scheduler: Scheduler | None = None) -> None:
