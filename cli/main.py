@@ -132,9 +132,8 @@ def server(
     Path(db).parent.mkdir(parents=True, exist_ok=True)
     argv = [temporal_cli_path(), "server", "start-dev", "--ip", ip, "--port", str(port), "--ui-port", str(ui_port),
             "--db-filename", db]
-    for k in sa.ALL:
-        kind = "KeywordList" if k.name == "ReviveNodes" else "Keyword"
-        argv += ["--search-attribute", f"{k.name}={kind}"]
+    for name, kind in sa.TYPES.items():
+        argv += ["--search-attribute", f"{name}={kind}"]
     raise SystemExit(subprocess.call(argv))
 
 

@@ -7,7 +7,7 @@ runbook as a child workflow (act → verify) → close with one audit record.
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from temporalio import workflow
 from temporalio.common import RawValue
@@ -21,7 +21,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.guard import GuardActivities
     from activities.jobspec import JobSpecActivities
     from activities.remediation import RemediationActivities
-    from revive import ids, retry
+    from revive import card, ids, retry
     from revive import search_attributes as sa
     from revive.decide.approval import needs_person, parse_decision
     from revive.decide.breaker import DrainGrant, DrainGrantInput
@@ -58,6 +58,9 @@ PATCH_SAVE_JOB_SPEC = "save-job-spec"
 """Job specs saved at detection (resubmission). Remove once no incident started before it is open."""
 PATCH_EXTERNAL_IN_BACKGROUND = "external-attribution-in-background"
 """The external attribution no longer holds up the plan. Remove with the previous one."""
+PATCH_CULPRIT_SA = "culprit-search-attribute"
+"""``ReviveCulprits`` upserted after attribution (one more command). Remove once no incident started
+before it is open."""
 
 
 @workflow.defn
@@ -77,6 +80,8 @@ class IncidentWorkflow:
         self._extra_triggers: list[str] = []
         self._partition_size = 1
         self._breaker_reason = ""
+        self._stages: dict[str, datetime] = {}
+        """State → when it was entered (workflow time): the card's and ``revive show``'s timings."""
 
     @workflow.run
     async def run(self, inp: IncidentInput) -> IncidentResult:
@@ -159,6 +164,9 @@ class IncidentWorkflow:
                 self._external = None
         a = self._attribution
         workflow.upsert_search_attributes([sa.CATEGORY.value_set(a.category.value)])
+        # patched: histories recorded before it have one upsert fewer here
+        if workflow.patched(PATCH_CULPRIT_SA) and a.culprit_nodes:
+            workflow.upsert_search_attributes([sa.CULPRITS.value_set(list(a.culprit_nodes))])
         return a
 
     async def _decide_plan(self, inp: IncidentInput, evidence: EvidenceBundle, a: Attribution) -> Plan:
@@ -275,20 +283,20 @@ class IncidentWorkflow:
     # ---- state, UI metadata --------------------------------------------------------------------
     def _set_state(self, state: str) -> None:
         self._state = state
+        self._stages.setdefault(str(state), workflow.now())
         workflow.upsert_search_attributes([sa.STATE.value_set(state)])
         workflow.set_current_details(self._details())
 
     def _details(self) -> str:
-        a, p = self._attribution, self._plan
-        lines = [f"**{self._inp.incident_id}** — state `{self._state}`, mode `{self._mode.value}`"]
-        if a:
-            lines.append(f"attribution: {a.category.value} / {a.domain.value}, culprit {a.culprit_nodes or 'unknown'}, "
-                         f"recommends {a.action.value} ({a.confidence:.2f}): {a.explanation}")
-        if p:
-            lines.append(f"plan: {p.runbook} → {p.action.value} (rule {p.rule}); drain {p.drain_nodes}, exclude {p.exclude_nodes}")
-        if self._state == IncidentState.awaiting_approval:
-            lines.append(f"approve: revive approve {self._inp.incident_id} --as <you>   (or signal `decide`)")
-        return "\n\n".join(lines)
+        """The incident card (``revive.card``): verdict first, evidence, plan, decision, how to decide, timings."""
+        inp, t = self._inp, self._inp.trigger
+        return card.render(
+            incident_id=inp.incident_id, state=str(self._state), mode=self._mode.value,
+            attribution=self._attribution, plan=self._plan, decision=self._gate.decision,
+            approvers=list(self._gate.approvers), stages=self._stages, detected_at=inp.detected_at,
+            now=workflow.now(), trigger=f"{t.kind.value} {t.signature_id or t.state_to or ''}".strip(),
+            breaker_reason=self._breaker_reason, ignored=len(self._gate.ignored),
+        )
 
     # ---- human in the loop ---------------------------------------------------------------------
     @workflow.update
@@ -341,4 +349,8 @@ class IncidentWorkflow:
             "plan": self._plan.model_dump(mode="json") if self._plan else None,
             "decision": self._gate.decision.model_dump(mode="json") if self._gate.decision else None,
             "ignored_decisions": list(self._gate.ignored),
+            "incident_id": self._inp.incident_id, "job_id": self._inp.job.job_id,
+            "detected_at": self._inp.detected_at.isoformat(),
+            "stages": {k: v.isoformat() for k, v in self._stages.items()},
+            "breaker_reason": self._breaker_reason or None,
         }

@@ -5,7 +5,7 @@
 Runs three incidents on an in-memory dev server with the production worker over a FakeScheduler
 and writes each workflow's history (incident + runbook child) to ``tests/histories/*.json``.
 Recordings are kept per ``TAG``: v1 predates ``workflow.patched("save-job-spec")``, v2 has it, v3 also has
-``workflow.patched("external-attribution-in-background")``.
+``workflow.patched("external-attribution-in-background")``, v4 also ``workflow.patched("culprit-search-attribute")``.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from worker.main import build_worker  # noqa: E402
 from workflows.incident import IncidentWorkflow  # noqa: E402
 
 OUT = ROOT / "tests" / "histories"
-TAG = "v3"
+TAG = "v4"
 """Bump when recording after a workflow change; keep older files: they must still replay."""
 
 
