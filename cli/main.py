@@ -24,8 +24,19 @@ from rich.table import Table
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Revive: keeps distributed training runs alive.")
 policy_app = typer.Typer(no_args_is_help=True, help="Recovery policy files.")
 node_app = typer.Typer(no_args_is_help=True, help="Node return to service.")
+progress_app = typer.Typer(no_args_is_help=True, help="Training progress in job logs (checkpoints, iterations).")
 app.add_typer(policy_app, name="policy")
 app.add_typer(node_app, name="node")
+app.add_typer(progress_app, name="progress")
+
+
+def _mount_agent() -> None:
+    from revive.gpu.agent_cli import app as agent_app  # --help needs no NVML: nothing is loaded at import
+
+    app.add_typer(agent_app, name="agent")
+
+
+_mount_agent()
 console = Console()
 err = Console(stderr=True)
 
@@ -137,26 +148,50 @@ def server(
     raise SystemExit(subprocess.call(argv))
 
 
-async def _decide(config: str, incident: str, decision: str, approver: str, note: str | None) -> str:
-    from temporalio.client import WorkflowUpdateFailedError
+async def _decide(config: str, incident: str, decision: str, approver: str, note: str | None,
+                  timeout_s: float = 30.0) -> str:
+    """Send the ``decide`` Update, after checking that the incident is open and that a worker
+    polls its task queue (else nothing is sent and the message says so within seconds)."""
+    from temporalio.client import WorkflowExecutionStatus, WorkflowUpdateFailedError
     from temporalio.service import RPCError, RPCStatusCode
 
+    from cli.ops import live_pollers
     from revive.models import Decision
 
+    if not approver:
+        raise Fail(f"{decision}: say who decides with --as <you>", 2)
     client = await _client(config, f"revive-cli:{approver}")
     h = client.get_workflow_handle(incident)
     try:
-        await h.describe()
+        desc = await h.describe()
     except RPCError as e:
         if e.status == RPCStatusCode.NOT_FOUND:
             raise Fail(f"no incident {incident!r} (list them with: revive incidents)", 2) from None
         raise
+    if desc.status != WorkflowExecutionStatus.RUNNING:
+        raise Fail(f"{decision} refused: incident {incident!r} is closed "
+                   f"({desc.status.name.lower() if desc.status else 'unknown'}); see: revive show {incident}", 3)
     try:
-        return await h.execute_update("decide", Decision(decision=decision, approver=approver, note=note), result_type=str)
+        pollers = await live_pollers(client, desc.task_queue)
+    except RPCError:
+        pollers = ["?"]  # cannot tell (permissions): the update's own timeout below still applies
+    if not pollers:
+        raise Fail(f"{decision} not sent: no worker is polling task queue {desc.task_queue!r}; start one "
+                   f"(revive worker --config ...) and retry", 4)
+    try:
+        return await asyncio.wait_for(
+            h.execute_update("decide", Decision(decision=decision, approver=approver, note=note), result_type=str),
+            timeout=timeout_s)
+    except TimeoutError:
+        raise Fail(f"{decision}: no answer from a worker within {timeout_s:.0f}s (task queue {desc.task_queue!r}); "
+                   f"check the worker, then: revive show {incident}", 4) from None
     except WorkflowUpdateFailedError as e:
         raise Fail(f"{decision} refused: {getattr(e.cause, 'message', None) or e}", 3) from None
     except RPCError as e:
         raise Fail(f"{decision} refused: {e.message}", 3) from None
+
+
+DecideTimeoutOpt = Annotated[float, typer.Option("--timeout", help="seconds to wait for the worker's answer")]
 
 
 @app.command()
@@ -165,9 +200,11 @@ def approve(
     approver: Annotated[str, typer.Option("--as", help="who approves (recorded in history)")] = "",
     note: str | None = None,
     config: ConfigOpt = DEFAULT_CONFIG,
+    timeout: DecideTimeoutOpt = 30.0,
 ) -> None:
     """Approve an incident's proposed plan."""
-    console.print(_safe(_run(_decide(config, incident, "approve", approver or os.environ.get("USER", ""), note))))
+    console.print(_safe(_run(_decide(config, incident, "approve", approver or os.environ.get("USER", ""), note,
+                                     timeout))))
 
 
 @app.command()
@@ -176,61 +213,94 @@ def reject(
     approver: Annotated[str, typer.Option("--as", help="who rejects (recorded in history)")] = "",
     note: str | None = None,
     config: ConfigOpt = DEFAULT_CONFIG,
+    timeout: DecideTimeoutOpt = 30.0,
 ) -> None:
     """Reject an incident's proposed plan (nothing runs)."""
-    console.print(_safe(_run(_decide(config, incident, "reject", approver or os.environ.get("USER", ""), note))))
+    console.print(_safe(_run(_decide(config, incident, "reject", approver or os.environ.get("USER", ""), note,
+                                     timeout))))
+
+
+def _query(state: str | None = None, job: str | None = None, node: str | None = None,
+           since: str | None = None) -> str:
+    from cli.ops import QueryValueError, incidents_query, parse_since
+
+    try:
+        return incidents_query(state=state, job=job, node=node, since=parse_since(since) if since else None)
+    except QueryValueError as e:
+        raise Fail(str(e), 2) from None
+
+
+def _rows_table(rows: list) -> Table:
+    t = Table("job", "category", "state", "temporal", "mode", "culprits", "started (UTC)", "incident")
+    t.columns[-1].overflow = "fold"  # ids are long: wrap, never cut (they are copied into approve/show)
+    t.columns[-1].min_width = 20
+    for r in rows:
+        t.add_row(*[_safe(x) if x is not None else "" for x in (
+            r.job, r.category, r.state, r.temporal_status, r.mode, ",".join(r.culprits) or "-",
+            r.started.replace("T", " ").rstrip("Z"), r.incident)])
+    return t
 
 
 @app.command()
 def incidents(
     config: ConfigOpt = DEFAULT_CONFIG,
-    state: Annotated[str | None, typer.Option(help="filter by ReviveState")] = None,
+    state: Annotated[str | None, typer.Option(help="filter by ReviveState (an open stage: running incidents only)")] = None,
     job: Annotated[str | None, typer.Option(help="filter by job id")] = None,
+    node: Annotated[str | None, typer.Option(help="incidents on this node (job node or culprit)")] = None,
+    since: Annotated[str | None, typer.Option(help="started since: 30m, 2h, 7d or an ISO time")] = None,
     limit: int = 50,
     ids: Annotated[bool, typer.Option("--ids", help="print only incident ids, one per line")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="a JSON array of incidents")] = False,
 ) -> None:
-    """List incidents (from Temporal visibility)."""
+    """List incidents (Temporal visibility): Revive's state beside the workflow's Temporal status."""
+    from cli.ops import list_incidents
+
+    q = _query(state, job, node, since)
+
     async def go() -> list:
-        client = await _client(config, "revive-cli")
-        q = "WorkflowType='IncidentWorkflow'"
-        if state:
-            q += f" AND ReviveState='{state}'"
-        if job:
-            q += f" AND ReviveJobId='{job}'"
-        rows = []
-        async for wf in client.list_workflows(q, limit=limit):
-            attrs = {p.key.name: p.value for p in wf.typed_search_attributes}
-            get = attrs.get
-            rows.append((get("ReviveJobId"), get("ReviveCategory"), get("ReviveState"), get("ReviveMode"),
-                         ",".join(get("ReviveNodes") or []), wf.start_time.strftime("%Y-%m-%d %H:%M:%S"), wf.id))
-        return rows
+        return await list_incidents(await _client(config, "revive-cli"), q, limit)
 
     rows = _run(go())
     if ids:
         for r in rows:
-            sys.stdout.write(f"{r[-1]}\n")
+            sys.stdout.write(f"{r.incident}\n")
         return
-    t = Table("job", "category", "state", "mode", "nodes", "started (UTC)", "incident")
-    t.columns[-1].overflow = "fold"  # ids are long: wrap, never cut (they are copied into approve/show)
-    t.columns[-1].min_width = 20
-    for r in rows:
-        t.add_row(*[_safe(x) if x is not None else "" for x in r])
-    console.print(t)
+    if as_json:
+        sys.stdout.write(json.dumps([r.as_json() for r in rows], indent=1) + "\n")
+        return
+    console.print(_rows_table(rows))
+
+
+async def _handle(config: str, incident: str):
+    from temporalio.service import RPCError
+
+    client = await _client(config, "revive-cli")
+    h = client.get_workflow_handle(incident)
+    try:
+        desc = await h.describe()
+    except RPCError:
+        raise Fail(f"no incident {incident!r}", 2) from None
+    return client, h, desc
 
 
 @app.command()
 def show(incident: str, config: ConfigOpt = DEFAULT_CONFIG) -> None:
-    """Timeline of an incident: its history events (the audit log) and its current status."""
-    async def go() -> None:
-        from temporalio.service import RPCError
+    """Timeline of an incident: durations per stage, its history events (the audit log), its status."""
+    from datetime import UTC, datetime
 
-        client = await _client(config, "revive-cli")
-        h = client.get_workflow_handle(incident)
-        try:
-            desc = await h.describe()
-        except RPCError:
-            raise Fail(f"no incident {incident!r}", 2) from None
+    from cli.ops import fmt_seconds, stages_from_events
+
+    async def go() -> None:
+        _, h, desc = await _handle(config, incident)
         console.print(f"[bold]{_safe(incident)}[/] — {desc.status.name if desc.status else '?'}")
+        events = [ev async for ev in h.fetch_history_events()]
+        st = stages_from_events(events, now=datetime.now(UTC))
+        t = Table("stage", "entered (UTC)", "duration")
+        for s in st.stages:
+            t.add_row(_safe(s.state), s.entered.strftime("%H:%M:%S.%f")[:-3], fmt_seconds(s.seconds))
+        if st.started and st.closed:
+            t.add_row("[bold]total[/]", "", fmt_seconds((st.closed - st.started).total_seconds()))
+        console.print(t)
         from revive.timeline import timeline
 
         for ts, what in await timeline(h):
@@ -297,13 +367,18 @@ def node_resume(
 
 @app.command()
 def explain(incident: str, config: ConfigOpt = DEFAULT_CONFIG) -> None:
-    """Evidence → attribution → rule → action → outcome, from the incident's audit record."""
+    """Evidence → attribution → rule → action → outcome: from the audit record of a closed
+    incident, or from the ``status`` query of an open one."""
     from pydantic import ValidationError
 
     from revive.backtest import explain as explain_text
 
     cfg = _cfg(config)
-    rec = _audit_record(Path(cfg.audit_file), incident)
+    path = Path(cfg.audit_file)
+    rec = _audit_record_or_none(path, incident)
+    if rec is None:
+        console.print(_safe(_explain_open(config, incident, path)))
+        return
     from revive.models import AuditRecord
 
     try:
@@ -312,6 +387,172 @@ def explain(incident: str, config: ConfigOpt = DEFAULT_CONFIG) -> None:
         why = "; ".join(f"{'.'.join(map(str, x['loc'])) or '<root>'}: {x['msg']}" for x in e.errors()[:5])
         raise Fail(f"audit record of {incident!r} in {cfg.audit_file} is invalid: {why}", 2) from None
     console.print(_safe(explain_text(r.result, r.attribution, r.plan)))
+
+
+def _explain_open(config: str, incident: str, audit: Path) -> str:
+    """The explanation of an incident still open (its ``status`` query), outcome ``open``."""
+    from types import SimpleNamespace
+    from typing import Any, cast
+
+    from temporalio.client import WorkflowExecutionStatus
+
+    from revive.backtest import explain as explain_text
+    from revive.models import Attribution, Decision, IncidentResult, Plan
+
+    async def go() -> tuple[object, dict | None]:
+        from temporalio.service import RPCError
+
+        try:
+            _, h, desc = await _handle(config, incident)
+        except RuntimeError:
+            raise Fail(f"no closed incident {incident!r} in {audit}, and Temporal is unreachable", 2) from None
+        if desc.status != WorkflowExecutionStatus.RUNNING:
+            return desc.status, None
+        try:
+            return desc.status, await h.query("status")
+        except RPCError as e:
+            raise Fail(f"incident {incident!r} is open but its status query failed (no worker?): {e.message}", 2) from None
+
+    status, st = _run(go())
+    if st is None:
+        raise Fail(f"incident {incident!r} is {status.name.lower() if status else '?'} but has no audit record "
+                   f"in {audit} (it ended without closing: see revive show {incident})", 2)
+    a = Attribution.model_validate(st["attribution"]) if st.get("attribution") else None
+    p = Plan.model_validate(st["plan"]) if st.get("plan") else None
+    d = Decision.model_validate(st["decision"]) if st.get("decision") else None
+    res = IncidentResult.model_construct(
+        incident_id=incident, outcome=cast(Any, SimpleNamespace(value=f"open: {st.get('state')}")), reason="",
+        category=a.category if a else None, recommended=a.action if a else None, executed=None,
+        rule=p.rule if p else "", decided_by=d.approver if d else None, job_id=st.get("job_id"), attempt=None,
+        breaker_reason=st.get("breaker_reason"), detected_at=None, first_action_at=None, resumed_at=None,
+        closed_at=None)
+    return explain_text(res, a, p)
+
+
+def _audit_record_or_none(path: Path, incident: str) -> dict | None:
+    try:
+        return _audit_record(path, incident)
+    except Fail:
+        return None
+
+
+@app.command()
+def export(
+    incident: str,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="folder (default: ./<incident>)")] = None,
+    config: ConfigOpt = DEFAULT_CONFIG,
+) -> None:
+    """Everything about one incident in a folder, for a ticket: history JSON (and the runbook's),
+    the audit record, the current status and card when it is open."""
+    from temporalio.service import RPCError
+
+    from revive import ids as rids
+
+    cfg = _cfg(config)
+    folder = out or Path(re.sub(r"[^A-Za-z0-9_.-]", "_", incident))
+    folder.mkdir(parents=True, exist_ok=True)
+    written: list[str] = []
+
+    def put(name: str, data: str) -> None:
+        (folder / name).write_text(data, encoding="utf-8")
+        written.append(name)
+
+    rec = _audit_record_or_none(Path(cfg.audit_file), incident)
+    if rec is not None:
+        put("audit.json", json.dumps(rec, indent=1) + "\n")
+
+    async def go() -> None:
+        try:
+            client, h, desc = await _handle(config, incident)
+        except (Fail, RuntimeError) as e:
+            if rec is None:
+                raise Fail(f"{incident!r}: no audit record and no history ({e})", 2) from None
+            err.print(f"[yellow]warning:[/] history not exported: {_safe(e)}")
+            return
+        put("history.json", (await h.fetch_history()).to_json())
+        try:
+            child = client.get_workflow_handle(rids.runbook_id(incident))
+            put("runbook-history.json", (await child.fetch_history()).to_json())
+        except RPCError:
+            pass  # no runbook ran
+        put("describe.json", json.dumps({"status": desc.status.name if desc.status else None,
+                                         "task_queue": desc.task_queue,
+                                         "start_time": desc.start_time.isoformat() if desc.start_time else None,
+                                         "close_time": desc.close_time.isoformat() if desc.close_time else None,
+                                         "search_attributes": {p.key.name: p.value for p in desc.typed_search_attributes}},
+                                        indent=1, default=str) + "\n")
+        from temporalio.client import WorkflowExecutionStatus
+
+        if desc.status == WorkflowExecutionStatus.RUNNING:
+            try:
+                put("status.json", json.dumps(await h.query("status"), indent=1, default=str) + "\n")
+                meta = await h.query("__temporal_workflow_metadata")
+                put("card.md", (meta.current_details or "") + "\n")
+            except RPCError as e:
+                err.print(f"[yellow]warning:[/] status not exported (no worker?): {_safe(e.message)}")
+
+    _run(go())
+    console.print(f"{_safe(folder)}: {', '.join(written)}")
+
+
+@app.command()
+def watch(
+    config: ConfigOpt = DEFAULT_CONFIG,
+    interval: Annotated[float, typer.Option(help="seconds between refreshes")] = 2.0,
+    once: Annotated[bool, typer.Option("--once", help="print one refresh and exit")] = False,
+    limit: int = 50,
+) -> None:
+    """Live view of open incidents (refreshed; Ctrl-C to stop)."""
+    import time
+
+    from rich.live import Live
+
+    from cli.ops import list_incidents
+
+    q = "WorkflowType='IncidentWorkflow' AND ExecutionStatus='Running'"
+
+    async def rows() -> list:
+        return await list_incidents(await _client(config, "revive-cli"), q, limit)
+
+    def view() -> Table:
+        from datetime import UTC, datetime
+
+        try:
+            t = _rows_table(_run(rows()))
+        except RuntimeError as e:
+            t = Table(f"[red]{_safe(e)}[/]")
+        t.title = f"open incidents — {datetime.now(UTC).strftime('%H:%M:%S')} UTC"
+        t.caption = "approve: revive approve <id> --as <you>"
+        return t
+
+    if once:
+        console.print(view())
+        return
+    with Live(view(), console=console, refresh_per_second=4, screen=False) as live:
+        while True:
+            time.sleep(max(0.2, interval))
+            live.update(view())
+
+
+@progress_app.command("check")
+def progress_check(
+    log: Path,
+    as_json: Annotated[bool, typer.Option("--json", help="the ProgressSummary as JSON")] = False,
+) -> None:
+    """Iterations, checkpoints and restarts found in a training log (built-in profiles)."""
+    from revive.profiles import report
+
+    if not log.is_file():
+        raise Fail(f"{log}: no such file", 2)
+    try:
+        with log.open(encoding="utf-8", errors="replace", newline="") as f:  # keep \r: progress bars
+            text = report(f, fmt="json" if as_json else "text")
+    except OSError as e:
+        raise Fail(f"{log}: cannot read: {e.strerror}", 2) from None
+    if as_json:
+        sys.stdout.write(text)
+    else:
+        console.print(_safe(text.rstrip("\n")))
 
 
 def _audit_record(path: Path, incident: str) -> dict:
