@@ -353,13 +353,23 @@ def node_resume(
     import shlex
 
     from revive.health import resume_node
+    from revive.models import NodeRecord
     from revive.policy import load_policy
+    from revive.report import record_resume
     from revive.scheduler.runners import LocalRunner
     from revive.scheduler.slurm_cli import SlurmCLI
 
     cfg = _cfg(config)
+    pol = load_policy(policy)
+
+    def resumed(rec: NodeRecord) -> None:
+        try:  # for `revive report` (false isolations); never fails the resume itself
+            record_resume(cfg.audit_file, rec.name, rec.reason, pol.drain_reason_prefix)
+        except OSError as e:
+            err.print(f"[yellow]warning:[/] resume not recorded for revive report: {_safe(e)}")
+
     ok, msg = _run(resume_node(SlurmCLI.from_config(cfg), LocalRunner(slurm_conf=cfg.slurm_conf), node,
-                               shlex.split(health_cmd) if health_cmd else None, load_policy(policy)))
+                               shlex.split(health_cmd) if health_cmd else None, pol, on_resumed=resumed))
     console.print(_safe(msg))
     if not ok:
         raise Fail(msg, 1)
@@ -597,6 +607,94 @@ def _audit_records(path: Path) -> list[dict]:
 def _result_of(rec: dict) -> dict:
     res = rec.get("result")
     return res if isinstance(res, dict) else {}
+
+
+def _fmt_s(x: float | None) -> str:
+    from cli.ops import fmt_seconds
+
+    return fmt_seconds(x) if x is not None else "-"
+
+
+async def _temporal_records(config: str, have: set[str]) -> list[dict]:
+    """Closed incidents missing from the audit file, from Temporal (results only: no GPU data)."""
+    client = await _client(config, "revive-cli")
+    out = []
+    q = "WorkflowType='IncidentWorkflow' AND ExecutionStatus='Completed'"
+    async for wf in client.list_workflows(q, limit=5000):
+        if wf.id in have:
+            continue
+        from revive.models import IncidentResult
+
+        try:
+            r = await client.get_workflow_handle(wf.id, run_id=wf.run_id, result_type=IncidentResult).result()
+        except Exception:  # noqa: BLE001 - one unreadable result must not hide the rest
+            continue
+        out.append({"incident_id": wf.id, "job_id": r.job_id, "result": r.model_dump(mode="json"),
+                    "source": "temporal"})
+    return out
+
+
+@app.command()
+def report(
+    config: ConfigOpt = DEFAULT_CONFIG,
+    audit: Annotated[Path | None, typer.Option(help="audit JSONL (default: the config's audit_file)")] = None,
+    period: Annotated[str, typer.Option(help="day | week | month")] = "day",
+    since: Annotated[str | None, typer.Option(help="faults since: 7d, 30d or an ISO time")] = None,
+    temporal: Annotated[bool | None, typer.Option(
+        "--temporal/--no-temporal", help="add closed incidents missing from the audit file from Temporal "
+                                         "(default: when no --audit is given, if reachable)")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="the whole report as JSON")] = False,
+    png: Annotated[Path | None, typer.Option("--png", help="write a chart of incidents and MTTR over time")] = None,
+) -> None:
+    """Incidents, recovery rate, MTTD/MTTR p50/p95, false isolations and GPU-hours lost, per period
+    and partition (definitions: revive/report.py)."""
+    from cli.ops import QueryValueError, parse_since
+    from revive import report as rr
+
+    given = audit is not None
+    if audit is None:
+        audit = Path(_cfg(config).audit_file)
+    recs = _audit_records(audit)
+    notes = []
+    if temporal or (temporal is None and not given):
+        try:
+            recs += _run(_temporal_records(config, {str(r.get("incident_id")) for r in recs}))
+        except (RuntimeError, OSError) as e:
+            notes.append(f"Temporal not read: {e}")
+        except Exception as e:  # noqa: BLE001 - the audit file alone still makes a report
+            notes.append(f"Temporal not read: {type(e).__name__}: {e}")
+    try:
+        rep = rr.build(recs, rr.read_resumes(audit), period=period, since=parse_since(since) if since else None)
+    except (QueryValueError, ValueError) as e:
+        raise Fail(str(e), 2) from None
+    rep.notes = notes + rep.notes
+    if png:
+        try:
+            rr.chart(rep, png)
+        except ImportError:
+            raise Fail("--png needs matplotlib: pip install 'revive[report]'", 2) from None
+    if as_json:
+        sys.stdout.write(json.dumps(rep.as_json(), indent=1) + "\n")
+        return
+    t = Table("period", "partition", "incidents", "recovered", "recovery", "MTTD p50", "MTTD p95", "MTTR p50",
+              "MTTR p95", "drained", "false isol.", "GPU-h lost", title=f"Revive report ({_safe(audit)})")
+    for g in rep.groups:
+        rate = f"{g['recovery_rate']:.0%}" if g["recovery_rate"] is not None else "-"
+        t.add_row(g["period"], _safe(g["partition"]), str(g["incidents"]), str(g["recovered"]), rate,
+                  _fmt_s(g["mttd_p50_s"]), _fmt_s(g["mttd_p95_s"]), _fmt_s(g["mttr_p50_s"]), _fmt_s(g["mttr_p95_s"]),
+                  str(g["drained_nodes"]), str(g["false_isolations"]), f"{g['gpu_h_lost']:.2f}")
+    console.print(t)
+    j = Table("job", "incidents", "GPUs", "GPUs from", "downtime h", "iterations lost", "GPU-h lost",
+              title="goodput ledger per job")
+    for r in rep.jobs:
+        j.add_row(_safe(r["job_id"]), str(r["incidents"]), ",".join(map(str, r["gpus"])),
+                  _safe(", ".join(r["gpus_source"])), f"{r['downtime_h']:.2f}", str(r["iterations_lost"]),
+                  f"{r['gpu_h_lost']:.2f}" + (" (open-ended)" if r["open_ended"] else ""))
+    console.print(j)
+    for n in rep.notes:
+        console.print(f"[dim]note:[/] {_safe(n)}")
+    if png:
+        console.print(f"chart: {_safe(png)}")
 
 
 @app.command()

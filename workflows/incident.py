@@ -41,6 +41,7 @@ with workflow.unsafe.imports_passed_through():
         IncidentOutcome,
         IncidentResult,
         IncidentState,
+        JobRecord,
         ModeInput,
         NotifyEvent,
         NotifyInput,
@@ -80,6 +81,7 @@ class IncidentWorkflow:
         self._extra_triggers: list[str] = []
         self._partition_size = 1
         self._breaker_reason = ""
+        self._job: JobRecord | None = None
         self._stages: dict[str, datetime] = {}
         """State → when it was entered (workflow time): the card's and ``revive show``'s timings."""
 
@@ -179,6 +181,7 @@ class IncidentWorkflow:
                                  nodes_since_iso=(workflow.now() - inp.policy.repeat_offender.window).isoformat()),
             start_to_close_timeout=retry.SHORT, retry_policy=retry.READ_ONLY, summary="job incident history",
         )
+        self._job = evidence.job
         self._partition_size = evidence.partition_size or max(len(evidence.node_states), 1)
         self._plan = plan_for(a, inp.policy, history, evidence.job, inp.checkpoint_iteration, now=workflow.now())
         workflow.set_current_details(self._details())
@@ -274,7 +277,8 @@ class IncidentWorkflow:
                         attempt=inp.attempt, mode=self._mode.value, trigger=inp.trigger, attribution=a,
                         external_attribution=self._external, plan=plan, decision=d, runbook=runbook,
                         result=result, policy=inp.policy, ignored_decisions=list(self._gate.ignored),
-                        extra_triggers=list(self._extra_triggers)),
+                        extra_triggers=list(self._extra_triggers), partition=inp.partition, job=self._job,
+                        last_progress=dict(inp.last_progress)),
             start_to_close_timeout=retry.SHORT, retry_policy=retry.READ_ONLY, summary="append audit record",
         )
         await workflow.wait_condition(workflow.all_handlers_finished)
