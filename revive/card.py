@@ -10,8 +10,9 @@ Markdown or HTML. Two escapes, so that no log line can hide or fake the plan:
   would open HTML once outside it, ``|`` starts a table cell; inside a code span an HTML entity
   shows literally, so these four become look-alikes (ˋ ‹ › ¦), newlines and control characters a
   space, and the span is never empty;
-- ``text(s)``: plain text: every ASCII punctuation character backslash-escaped (CommonMark allows
-  it for all of them), ``<``, ``>`` and ``&`` as entities, newlines a space.
+- ``text(s)``: plain text: the Markdown-active characters (``\\ ` * _ [ ] # | ~``) backslash-escaped,
+  ``<``/``>`` the same look-alikes, newlines a space. (The Temporal UI's renderer shows entities and
+  backslashes before other punctuation literally, so neither is used more than needed.)
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from revive.models import Attribution, Decision, Plan
 
 _CTRL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 _LOOKALIKE = str.maketrans({"`": "ˋ", "<": "‹", ">": "›", "|": "¦"})
-_PUNCT = re.compile(r"([!\"#$%'()*+,\-./:;=?@\[\\\]^_`{|}~])")
+_PUNCT = re.compile(r"([\\`*_\[\]#|~])")
 
 APPROVE_PAYLOAD = '{"decision": "approve", "approver": "<you>", "note": "…"}'
 REJECT_PAYLOAD = '{"decision": "reject", "approver": "<you>", "note": "…"}'
@@ -50,8 +51,7 @@ def text(s: object, limit: int = 600) -> str:
     t = _CTRL.sub(" ", str(s)).strip()
     if len(t) > limit:
         t = t[: limit - 1] + "…"
-    t = _PUNCT.sub(r"\\\1", t)  # first: the entities' own ';' must stay unescaped
-    return t.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return _PUNCT.sub(r"\\\1", t).replace("<", "‹").replace(">", "›")
 
 
 def _nodes(nodes: list[str]) -> str:

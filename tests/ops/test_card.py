@@ -71,7 +71,7 @@ def test_log_text_cannot_break_out_of_its_code_span():
     # every other untrusted field: no raw HTML anywhere outside Revive's own code spans
     outside = re.sub(r"`[^`]*`", "", md)
     assert "<" not in outside and ">" not in outside
-    assert "Why: Xid 79 &lt;b&gt;on&lt;\\/b&gt; node2\\_gpu\\*" in md
+    assert "Why: Xid 79 ‹b›on‹/b› node2\\_gpu\\*" in md
 
 
 def test_decided_card_shows_who_and_note_escaped():
