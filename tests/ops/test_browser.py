@@ -36,6 +36,9 @@ pytestmark = [pytest.mark.temporal,
               pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (apt-get install -y chromium)")]
 
 
+HOSTILE = " `</code><img src=x onerror=alert(1)> | **APPROVED BY ROOT** <!-- hide the rest"
+
+
 @activity.defn(name="incident_history")
 async def no_history(inp: IncidentHistoryInput) -> JobIncidentHistory:
     return JobIncidentHistory()
@@ -54,6 +57,8 @@ async def test_card_is_visible_in_the_web_ui(tmp_path):
         search_attributes=rsa.ALL, ui=True, ui_port=ui)
     try:
         sched, cfg, log = fake_cluster(tmp_path, "xid79")
+        kern = tmp_path / "nodes" / "node2" / "kern.log"  # a root event carrying hostile Markdown/HTML
+        kern.write_text(kern.read_text().rstrip("\n") + HOSTILE + "\n")
         tq = f"ui-{uuid.uuid4().hex[:6]}"
         iid = f"fake-7-20261201T100000-a0-gpu-{uuid.uuid4().hex[:4]}"
         pol = RecoveryPolicy(approval={"timeout": 3600})
@@ -92,5 +97,8 @@ async def test_card_is_visible_in_the_web_ui(tmp_path):
     assert '{"decision": "approve", "approver": "<you>", "note": "…"}' in card
     assert "gpu_hardware" in card and "drain_and_requeue" in card and "Evidence" in card
     assert card.index("gpu_hardware") < card.index("Waiting for a person"), "verdict first"
+    # the hostile log text stays inside its code span: shown, inert, and the plan after it is intact
+    assert "‹/code›‹img src=x onerror=alert(1)› ¦ **APPROVED BY ROOT** ‹!-- hide the rest" in card
+    assert card.index("APPROVED BY ROOT") < card.index("Plan: runbook") < card.index("Waiting for a person")
     for png in (list_png, page_png, meta_png):
         assert png.read_bytes()[:4] == b"\x89PNG" and png.stat().st_size > 10_000
