@@ -6,6 +6,7 @@ import re
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from temporalio import activity
@@ -37,7 +38,7 @@ def _plan() -> Plan:
 
 
 def _render(**kw) -> str:
-    args = dict(incident_id="c-7-a0-gpu", state="awaiting_approval", mode="observe", attribution=_attr(),
+    args: dict[str, Any] = dict(incident_id="c-7-a0-gpu", state="awaiting_approval", mode="observe", attribution=_attr(),
                 plan=_plan(), decision=None, approvers=[], detected_at=T + timedelta(seconds=2),
                 stages={"gathering": T + timedelta(seconds=2), "awaiting_approval": T + timedelta(seconds=4)},
                 now=T + timedelta(seconds=64))
