@@ -617,9 +617,11 @@ def _fmt_s(x: float | None) -> str:
 
 async def _temporal_records(config: str, have: set[str]) -> list[dict]:
     """Closed incidents missing from the audit file, from Temporal (results only: no GPU data)."""
+    from cli.ops import literal
+
     client = await _client(config, "revive-cli")
     out = []
-    q = "WorkflowType='IncidentWorkflow' AND ExecutionStatus='Completed'"
+    q = f"WorkflowType='IncidentWorkflow' AND ExecutionStatus='Completed' AND ReviveCluster={literal(_cfg(config).name, 'cluster')}"
     async for wf in client.list_workflows(q, limit=5000):
         if wf.id in have:
             continue

@@ -10,6 +10,7 @@ import sys
 import time
 from datetime import timedelta
 from pathlib import Path
+from typing import cast
 
 from temporalio.client import Client
 from temporalio.worker import Worker
@@ -91,7 +92,8 @@ async def run_worker(cfg: ClusterConfig, scheduler: Scheduler | None = None) -> 
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     client = await connect(cfg.temporal, identity="revive-worker")
-    sched = scheduler or SlurmCLI.from_config(cfg)
+    # every scheduler call timed as revive_scheduler_call_seconds{call}
+    sched = scheduler or cast(Scheduler, rm.TimedScheduler(SlurmCLI.from_config(cfg)))
     worker = build_worker(client, cfg, sched)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -134,6 +134,15 @@ async def test_oncall_cli_end_to_end(local_env, tmp_path):
     assert rc == 0 and "recovered" in out and "open:" not in out
     rc, out, err = await revive("export", iid, "--out", str(tmp_path / "exp2"), *c)
     assert rc == 0 and "audit.json" in out and "runbook-history.json" in out, (out, err)
+    audit = json.loads((tmp_path / "exp2" / "audit.json").read_text())
+    assert audit["partition"] == "debug" and audit["job"]["nodes"] == ["node1", "node2"]
+    # report: the audit file, plus closed incidents of this cluster only in Temporal (deduplicated)
+    rc, out, err = await revive("report", "--json", *c)
+    assert rc == 0, err
+    rep = json.loads(out)
+    mine = [x for x in rep["incidents"] if x["incident_id"] == iid]
+    assert len(mine) == 1 and mine[0]["gpus"] == 2 and mine[0]["gpus_source"] == "assumed 1 per node"
+    assert mine[0]["fault_source"] == "fault_time" and mine[0]["mttr_s"] is not None
 
 
 def test_help_lists_every_verb_and_progress_check(tmp_path):

@@ -29,7 +29,8 @@ async def test_auto_incident_feeds_every_hook(ts_env, tmp_path, monkeypatch):
     sched, cfg, log = fake_cluster(tmp_path, "xid79", resumed=True)
     pol = RecoveryPolicy(mode="auto", verify={"timeout": 5, "poll_interval": 0.2})
     tq = f"tq-{uuid.uuid4()}"
-    async with build_worker(ts_env.client, cfg, sched, task_queue=tq, replace=[no_history]):
+    timed = rm.TimedScheduler(sched)  # as run_worker wraps SlurmCLI
+    async with build_worker(ts_env.client, cfg, timed, task_queue=tq, replace=[no_history]):
         res = await ts_env.client.execute_workflow(IncidentWorkflow.run, incident(log, pol),
                                                    id=f"m-{uuid.uuid4().hex[:8]}", task_queue=tq)
     assert res.outcome == IncidentOutcome.recovered
@@ -44,6 +45,8 @@ async def test_auto_incident_feeds_every_hook(ts_env, tmp_path, monkeypatch):
     # fault → detection / action / resume: observed, not skipped as missing
     assert get("revive_mttd_seconds_count") == 1
     assert get("revive_mttr_seconds_count") == 1
+    assert get("revive_scheduler_call_seconds_count", {"call": "drain_nodes"}) == 1
+    assert get("revive_scheduler_call_seconds_count", {"call": "get_job"}) >= 1
 
 
 def test_resume_counts(monkeypatch):
