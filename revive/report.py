@@ -195,14 +195,29 @@ def ledger(losses: list[IncidentLoss]) -> list[dict[str, Any]]:
             x.counted_gpu_h = secs / 3600.0 * x.gpus
             total += x.counted_gpu_h
             covered = max(covered, x.window_end) if covered else x.window_end
+        known_its = [x.iterations_lost for x in xs if x.iterations_lost is not None]
         out.append({
             "job_id": job, "incidents": len(xs), "gpu_h_lost": round(total, 4),
             "gpus": sorted({x.gpus for x in xs}), "gpus_source": sorted({x.gpus_source for x in xs}),
-            "downtime_h": round(sum(x.downtime_s or 0.0 for x in xs) / 3600.0, 4),
-            "iterations_lost": sum(x.iterations_lost or 0 for x in xs),
+            "downtime_h": round(_union_s([(x.fault, x.fault + timedelta(seconds=x.downtime_s))
+                                          for x in xs if x.downtime_s is not None]) / 3600.0, 4),
+            "iterations_lost": sum(known_its) if known_its else None,
             "open_ended": any(x.open_ended for x in xs),
         })
     return out
+
+
+def _union_s(intervals: list[tuple[datetime, datetime]]) -> float:
+    """Seconds covered by the union of ``intervals``."""
+    total, end = 0.0, None
+    for a, b in sorted(intervals):
+        if end is None or a > end:
+            total += (b - a).total_seconds()
+            end = b
+        elif b > end:
+            total += (b - end).total_seconds()
+            end = b
+    return total
 
 
 def false_isolations(losses: list[IncidentLoss], resumes: list[dict], until: datetime) -> list[dict[str, Any]]:
@@ -352,6 +367,10 @@ def chart(rep: Report, path: str | Path) -> Path:
     ax2.plot(xs, [v / 60 if v is not None else float("nan") for v in p50], "o-", color="#c0392b", label="MTTR p50")
     ax2.plot(xs, [v / 60 if v is not None else float("nan") for v in p95], "s--", color="#8e44ad", label="MTTR p95")
     ax2.set_ylabel("MTTR (min)")
+    ax2.set_ylim(bottom=0)
+    from matplotlib.ticker import MaxNLocator
+
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     h1, l1 = ax.get_legend_handles_labels()
     h2, l2 = ax2.get_legend_handles_labels()
     ax.legend(h1 + h2, l1 + l2, loc="upper left")

@@ -101,6 +101,8 @@ def test_report_known_answers():
     jobs = {j["job_id"]: j for j in rep.jobs}
     assert jobs["100"]["gpu_h_lost"] == pytest.approx(920 / 3600 * 16, abs=1e-3)  # 4.0889, overlap not doubled
     assert jobs["100"]["iterations_lost"] == 60 and jobs["100"]["gpus"] == [16]
+    assert jobs["100"]["downtime_h"] == pytest.approx(900 / 3600, abs=1e-4)  # 10:00 → 10:15, overlap once
+    assert jobs["200"]["iterations_lost"] is None  # no progress lines: unknown, not 0
     assert jobs["200"]["gpus_source"] == ["assumed 1 per node"] and jobs["200"]["open_ended"]
     inc = {x.incident_id: x for x in rep.incidents}
     assert inc["A"].recompute_s == 100 and inc["A"].counted_gpu_h == pytest.approx(700 / 3600 * 16)
