@@ -297,7 +297,8 @@ def show(incident: str, config: ConfigOpt = DEFAULT_CONFIG) -> None:
         st = stages_from_events(events, now=datetime.now(UTC))
         t = Table("stage", "entered (UTC)", "duration")
         for s in st.stages:
-            t.add_row(_safe(s.state), s.entered.strftime("%H:%M:%S.%f")[:-3], fmt_seconds(s.seconds))
+            t.add_row(_safe(s.state), s.entered.strftime("%H:%M:%S.%f")[:-3],
+                      fmt_seconds(s.seconds) + (" so far" if s.current else ""))
         if st.started and st.closed:
             t.add_row("[bold]total[/]", "", fmt_seconds((st.closed - st.started).total_seconds()))
         console.print(t)

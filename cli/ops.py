@@ -134,7 +134,8 @@ class Stage:
     state: str
     entered: datetime
     seconds: float | None = None
-    """Until the next stage (or the close); None while it is the current stage of a running incident."""
+    """Until the next stage (or the close); for the current stage of a running incident, so far."""
+    current: bool = False
 
 
 @dataclass
@@ -177,8 +178,8 @@ def stages_from_events(events: Sequence[Any], now: datetime | None = None) -> St
             out.ended_how = EventType.Name(t).removeprefix("EVENT_TYPE_WORKFLOW_EXECUTION_").lower()
     for i, s in enumerate(out.stages):
         end = out.stages[i + 1].entered if i + 1 < len(out.stages) else out.closed
-        if end is None and s.state in OPEN_STATES and now is not None:
-            s.seconds = None
+        if end is None and now is not None:
+            s.seconds, s.current = max(0.0, (now - s.entered).total_seconds()), True
         elif end is not None:
             s.seconds = max(0.0, (end - s.entered).total_seconds())
     return out

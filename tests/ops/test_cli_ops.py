@@ -119,6 +119,9 @@ async def test_oncall_cli_end_to_end(local_env, tmp_path):
         assert {"history.json", "status.json", "card.md", "describe.json"} <= {p.name for p in exp.iterdir()}
         assert f"revive approve {iid} --as <you>" in (exp / "card.md").read_text()
 
+        rc, out, err = await revive("show", iid, *c)
+        assert rc == 0 and "so far" in out and "awaiting_approval" in out, (out, err)
+
         rc, out, err = await revive("watch", "--once", *c)
         assert rc == 0 and iid in out and "open incidents" in out, out
 
