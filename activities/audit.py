@@ -8,6 +8,7 @@ from pathlib import Path
 from temporalio import activity
 
 from activities.blocking import run_blocking
+from revive import metrics as rm
 from revive.models import AuditRecord
 
 
@@ -37,4 +38,5 @@ class AuditActivities:
             os.fsync(fd)
         finally:
             os.close(fd)
+        rm.observe_incident_closed(rec.result, rec.mode)  # after the fsync: counted once it is durable
         return str(self.audit_file)

@@ -22,6 +22,7 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError
 
 from revive import ids
+from revive import metrics as rm
 from revive.decide.breaker import DrainGrant, DrainGrantInput, GuardInput
 from revive.decide.budgets import (
     JobIncidentHistory,
@@ -82,9 +83,11 @@ class GuardActivities:
             task_queue=self.task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         )
-        return await self.client.execute_update_with_start_workflow(
+        grant: DrainGrant = await self.client.execute_update_with_start_workflow(
             ids.GUARD_REQUEST_DRAIN, inp, start_workflow_operation=start_op, result_type=DrainGrant
         )
+        rm.set_breaker(inp.cluster, grant.breaker_open)
+        return grant
 
     async def _read(self, query: str) -> list[IncidentResult]:
         out: list[IncidentResult] = []

@@ -32,6 +32,7 @@ from activities.jobspec import (
     spec_dir,
     with_args,
 )
+from revive import metrics as rm
 from revive.errors import JobNotFound, SchedulerCommandError, SchedulerError
 from revive.models import (
     TERMINAL,
@@ -152,6 +153,7 @@ class RemediationActivities:
             argv = await self.scheduler.drain_nodes(todo, inp.reason)
         except SchedulerCommandError as e:
             raise ApplicationError(str(e), type="SchedulerCommandError", non_retryable=True) from None
+        rm.action_issued("drain", len(todo))
         return ActionResult(action="drain", ok=True, at=_now(), commands=[argv],
                             detail=f"drained {', '.join(todo)} reason={inp.reason!r}"
                             + (f"; already drained: {', '.join(skipped)}" if skipped else ""))
@@ -218,6 +220,7 @@ class RemediationActivities:
             if REQUEUE_DISABLED in e.output and not cmds:
                 return await self._resubmit(inp, live, f"requeue refused: {e.output.strip()[:200]}")
             raise ApplicationError(str(e), type="SchedulerCommandError", non_retryable=True) from None
+        rm.action_issued("requeue")
         return ActionResult(action="requeue", ok=True, at=_now(), commands=cmds, detail=detail)
 
     async def _resubmit(self, inp: RequeueInput, live: JobRecord | None, why: str) -> ActionResult:
@@ -269,6 +272,7 @@ class RemediationActivities:
         except SchedulerCommandError as e:
             raise ApplicationError(f"{why}; resubmission failed: {e}", type="SchedulerCommandError",
                                    non_retryable=True) from None
+        rm.action_issued("requeue")  # a resubmission counts as the job's requeue
         cmds.append(["sbatch", "--parsable", *opts])
         exc = next((o for o in opts if o.startswith("--exclude=")), "no exclusions")
         result = ActionResult(

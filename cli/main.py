@@ -24,8 +24,19 @@ from rich.table import Table
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Revive: keeps distributed training runs alive.")
 policy_app = typer.Typer(no_args_is_help=True, help="Recovery policy files.")
 node_app = typer.Typer(no_args_is_help=True, help="Node return to service.")
+progress_app = typer.Typer(no_args_is_help=True, help="Training progress in job logs (checkpoints, iterations).")
 app.add_typer(policy_app, name="policy")
 app.add_typer(node_app, name="node")
+app.add_typer(progress_app, name="progress")
+
+
+def _mount_agent() -> None:
+    from revive.gpu.agent_cli import app as agent_app  # --help needs no NVML: nothing is loaded at import
+
+    app.add_typer(agent_app, name="agent")
+
+
+_mount_agent()
 console = Console()
 err = Console(stderr=True)
 
@@ -67,12 +78,38 @@ async def _client(config: str, identity: str):
     return await connect(_cfg(config).temporal, identity=identity)
 
 
+MetricsPortOpt = Annotated[int | None, typer.Option(
+    "--metrics-port", envvar="REVIVE_METRICS_PORT",
+    help="serve Prometheus /metrics on this port (default: off)")]
+MetricsAddrOpt = Annotated[str, typer.Option(
+    "--metrics-addr", envvar="REVIVE_METRICS_ADDR", help="address /metrics listens on (0.0.0.0, like the GPU agent: the chart and compose scrape it from outside the container)")]
+
+
+def _serve_metrics(port: int | None, addr: str) -> object | None:
+    """Start the exposition server when a port is given (0: any free port); None when off."""
+    if port is None:
+        return None
+    if not 0 <= port <= 65535:
+        raise Fail(f"--metrics-port {port}: not a TCP port", 2)
+    from revive import metrics as rm
+
+    try:
+        srv = rm.serve(port, addr)
+    except OSError as e:
+        raise Fail(f"cannot serve metrics on {addr}:{port}: {e.strerror or e}", 2) from None
+    err.print(f"metrics on http://{_safe(addr)}:{srv.port}/metrics")
+    return srv
+
+
 @app.command()
-def worker(config: ConfigOpt = DEFAULT_CONFIG) -> None:
+def worker(config: ConfigOpt = DEFAULT_CONFIG, metrics_port: MetricsPortOpt = None,
+           metrics_addr: MetricsAddrOpt = "0.0.0.0") -> None:
     """Run the Temporal worker (workflows + activities) for a cluster."""
     from worker.main import run_worker
 
-    _run(run_worker(_cfg(config)))
+    cfg = _cfg(config)
+    _serve_metrics(metrics_port, metrics_addr)
+    _run(run_worker(cfg))
 
 
 @app.command()
@@ -80,12 +117,16 @@ def monitor(
     config: ConfigOpt = DEFAULT_CONFIG,
     policy: Annotated[str | None, typer.Option(help="policy YAML (default: built-in, observe mode)")] = None,
     ui: Annotated[str | None, typer.Option(help="Web UI base URL for incident links")] = None,
+    metrics_port: MetricsPortOpt = None,
+    metrics_addr: MetricsAddrOpt = "0.0.0.0",
 ) -> None:
     """Watch opted-in jobs and open incidents."""
     from revive.policy import load_policy
     from worker.monitor import run_monitor
 
-    _run(run_monitor(_cfg(config), load_policy(policy), policy_path=policy, ui_base=ui))
+    cfg, pol = _cfg(config), load_policy(policy)
+    _serve_metrics(metrics_port, metrics_addr)
+    _run(run_monitor(cfg, pol, policy_path=policy, ui_base=ui))
 
 
 @app.command()
@@ -102,32 +143,55 @@ def server(
     Path(db).parent.mkdir(parents=True, exist_ok=True)
     argv = [temporal_cli_path(), "server", "start-dev", "--ip", ip, "--port", str(port), "--ui-port", str(ui_port),
             "--db-filename", db]
-    for k in sa.ALL:
-        kind = "KeywordList" if k.name == "ReviveNodes" else "Keyword"
-        argv += ["--search-attribute", f"{k.name}={kind}"]
+    for name, kind in sa.TYPES.items():
+        argv += ["--search-attribute", f"{name}={kind}"]
     raise SystemExit(subprocess.call(argv))
 
 
-async def _decide(config: str, incident: str, decision: str, approver: str, note: str | None) -> str:
-    from temporalio.client import WorkflowUpdateFailedError
+async def _decide(config: str, incident: str, decision: str, approver: str, note: str | None,
+                  timeout_s: float = 30.0) -> str:
+    """Send the ``decide`` Update, after checking that the incident is open and that a worker
+    polls its task queue (else nothing is sent and the message says so within seconds)."""
+    from temporalio.client import WorkflowExecutionStatus, WorkflowUpdateFailedError
     from temporalio.service import RPCError, RPCStatusCode
 
+    from cli.ops import live_pollers
     from revive.models import Decision
 
+    if not approver:
+        raise Fail(f"{decision}: say who decides with --as <you>", 2)
     client = await _client(config, f"revive-cli:{approver}")
     h = client.get_workflow_handle(incident)
     try:
-        await h.describe()
+        desc = await h.describe()
     except RPCError as e:
         if e.status == RPCStatusCode.NOT_FOUND:
             raise Fail(f"no incident {incident!r} (list them with: revive incidents)", 2) from None
         raise
+    if desc.status != WorkflowExecutionStatus.RUNNING:
+        raise Fail(f"{decision} refused: incident {incident!r} is closed "
+                   f"({desc.status.name.lower() if desc.status else 'unknown'}); see: revive show {incident}", 3)
     try:
-        return await h.execute_update("decide", Decision(decision=decision, approver=approver, note=note), result_type=str)
+        pollers = await live_pollers(client, desc.task_queue)
+    except RPCError:
+        pollers = ["?"]  # cannot tell (permissions): the update's own timeout below still applies
+    if not pollers:
+        raise Fail(f"{decision} not sent: no worker is polling task queue {desc.task_queue!r}; start one "
+                   f"(revive worker --config ...) and retry", 4)
+    try:
+        return await asyncio.wait_for(
+            h.execute_update("decide", Decision(decision=decision, approver=approver, note=note), result_type=str),
+            timeout=timeout_s)
+    except TimeoutError:
+        raise Fail(f"{decision}: no answer from a worker within {timeout_s:.0f}s (task queue {desc.task_queue!r}); "
+                   f"check the worker, then: revive show {incident}", 4) from None
     except WorkflowUpdateFailedError as e:
         raise Fail(f"{decision} refused: {getattr(e.cause, 'message', None) or e}", 3) from None
     except RPCError as e:
         raise Fail(f"{decision} refused: {e.message}", 3) from None
+
+
+DecideTimeoutOpt = Annotated[float, typer.Option("--timeout", help="seconds to wait for the worker's answer")]
 
 
 @app.command()
@@ -136,9 +200,11 @@ def approve(
     approver: Annotated[str, typer.Option("--as", help="who approves (recorded in history)")] = "",
     note: str | None = None,
     config: ConfigOpt = DEFAULT_CONFIG,
+    timeout: DecideTimeoutOpt = 30.0,
 ) -> None:
     """Approve an incident's proposed plan."""
-    console.print(_safe(_run(_decide(config, incident, "approve", approver or os.environ.get("USER", ""), note))))
+    console.print(_safe(_run(_decide(config, incident, "approve", approver or os.environ.get("USER", ""), note,
+                                     timeout))))
 
 
 @app.command()
@@ -147,61 +213,95 @@ def reject(
     approver: Annotated[str, typer.Option("--as", help="who rejects (recorded in history)")] = "",
     note: str | None = None,
     config: ConfigOpt = DEFAULT_CONFIG,
+    timeout: DecideTimeoutOpt = 30.0,
 ) -> None:
     """Reject an incident's proposed plan (nothing runs)."""
-    console.print(_safe(_run(_decide(config, incident, "reject", approver or os.environ.get("USER", ""), note))))
+    console.print(_safe(_run(_decide(config, incident, "reject", approver or os.environ.get("USER", ""), note,
+                                     timeout))))
+
+
+def _query(state: str | None = None, job: str | None = None, node: str | None = None,
+           since: str | None = None) -> str:
+    from cli.ops import QueryValueError, incidents_query, parse_since
+
+    try:
+        return incidents_query(state=state, job=job, node=node, since=parse_since(since) if since else None)
+    except QueryValueError as e:
+        raise Fail(str(e), 2) from None
+
+
+def _rows_table(rows: list) -> Table:
+    t = Table("job", "category", "state", "temporal", "mode", "culprits", "started (UTC)", "incident")
+    t.columns[-1].overflow = "fold"  # ids are long: wrap, never cut (they are copied into approve/show)
+    t.columns[-1].min_width = 20
+    for r in rows:
+        t.add_row(*[_safe(x) if x is not None else "" for x in (
+            r.job, r.category, r.state, r.temporal_status, r.mode, ",".join(r.culprits) or "-",
+            r.started.replace("T", " ").rstrip("Z"), r.incident)])
+    return t
 
 
 @app.command()
 def incidents(
     config: ConfigOpt = DEFAULT_CONFIG,
-    state: Annotated[str | None, typer.Option(help="filter by ReviveState")] = None,
+    state: Annotated[str | None, typer.Option(help="filter by ReviveState (an open stage: running incidents only)")] = None,
     job: Annotated[str | None, typer.Option(help="filter by job id")] = None,
+    node: Annotated[str | None, typer.Option(help="incidents on this node (job node or culprit)")] = None,
+    since: Annotated[str | None, typer.Option(help="started since: 30m, 2h, 7d or an ISO time")] = None,
     limit: int = 50,
     ids: Annotated[bool, typer.Option("--ids", help="print only incident ids, one per line")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="a JSON array of incidents")] = False,
 ) -> None:
-    """List incidents (from Temporal visibility)."""
+    """List incidents (Temporal visibility): Revive's state beside the workflow's Temporal status."""
+    from cli.ops import list_incidents
+
+    q = _query(state, job, node, since)
+
     async def go() -> list:
-        client = await _client(config, "revive-cli")
-        q = "WorkflowType='IncidentWorkflow'"
-        if state:
-            q += f" AND ReviveState='{state}'"
-        if job:
-            q += f" AND ReviveJobId='{job}'"
-        rows = []
-        async for wf in client.list_workflows(q, limit=limit):
-            attrs = {p.key.name: p.value for p in wf.typed_search_attributes}
-            get = attrs.get
-            rows.append((get("ReviveJobId"), get("ReviveCategory"), get("ReviveState"), get("ReviveMode"),
-                         ",".join(get("ReviveNodes") or []), wf.start_time.strftime("%Y-%m-%d %H:%M:%S"), wf.id))
-        return rows
+        return await list_incidents(await _client(config, "revive-cli"), q, limit)
 
     rows = _run(go())
     if ids:
         for r in rows:
-            sys.stdout.write(f"{r[-1]}\n")
+            sys.stdout.write(f"{r.incident}\n")
         return
-    t = Table("job", "category", "state", "mode", "nodes", "started (UTC)", "incident")
-    t.columns[-1].overflow = "fold"  # ids are long: wrap, never cut (they are copied into approve/show)
-    t.columns[-1].min_width = 20
-    for r in rows:
-        t.add_row(*[_safe(x) if x is not None else "" for x in r])
-    console.print(t)
+    if as_json:
+        sys.stdout.write(json.dumps([r.as_json() for r in rows], indent=1) + "\n")
+        return
+    console.print(_rows_table(rows))
+
+
+async def _handle(config: str, incident: str):
+    from temporalio.service import RPCError
+
+    client = await _client(config, "revive-cli")
+    h = client.get_workflow_handle(incident)
+    try:
+        desc = await h.describe()
+    except RPCError:
+        raise Fail(f"no incident {incident!r}", 2) from None
+    return client, h, desc
 
 
 @app.command()
 def show(incident: str, config: ConfigOpt = DEFAULT_CONFIG) -> None:
-    """Timeline of an incident: its history events (the audit log) and its current status."""
-    async def go() -> None:
-        from temporalio.service import RPCError
+    """Timeline of an incident: durations per stage, its history events (the audit log), its status."""
+    from datetime import UTC, datetime
 
-        client = await _client(config, "revive-cli")
-        h = client.get_workflow_handle(incident)
-        try:
-            desc = await h.describe()
-        except RPCError:
-            raise Fail(f"no incident {incident!r}", 2) from None
+    from cli.ops import fmt_seconds, stages_from_events
+
+    async def go() -> None:
+        _, h, desc = await _handle(config, incident)
         console.print(f"[bold]{_safe(incident)}[/] — {desc.status.name if desc.status else '?'}")
+        events = [ev async for ev in h.fetch_history_events()]
+        st = stages_from_events(events, now=datetime.now(UTC))
+        t = Table("stage", "entered (UTC)", "duration")
+        for s in st.stages:
+            t.add_row(_safe(s.state), s.entered.strftime("%H:%M:%S.%f")[:-3],
+                      fmt_seconds(s.seconds) + (" so far" if s.current else ""))
+        if st.started and st.closed:
+            t.add_row("[bold]total[/]", "", fmt_seconds((st.closed - st.started).total_seconds()))
+        console.print(t)
         from revive.timeline import timeline
 
         for ts, what in await timeline(h):
@@ -273,13 +373,23 @@ def node_resume(
     import shlex
 
     from revive.health import resume_node
+    from revive.models import NodeRecord
     from revive.policy import load_policy
+    from revive.report import record_resume
     from revive.site import build_site
 
     cfg = _cfg(config)
+    pol = load_policy(policy)
+
+    def resumed(rec: NodeRecord) -> None:
+        try:  # for `revive report` (false isolations); never fails the resume itself
+            record_resume(cfg.audit_file, rec.name, rec.reason, pol.drain_reason_prefix)
+        except OSError as e:
+            err.print(f"[yellow]warning:[/] resume not recorded for revive report: {_safe(e)}")
+
     site = build_site(cfg)  # the health check runs on the controller side: here, or the login node
     ok, msg = _run(resume_node(site.scheduler, site.runner, node,
-                               shlex.split(health_cmd) if health_cmd else None, load_policy(policy)))
+                               shlex.split(health_cmd) if health_cmd else None, pol, on_resumed=resumed))
     console.print(_safe(msg))
     if not ok:
         raise Fail(msg, 1)
@@ -287,13 +397,18 @@ def node_resume(
 
 @app.command()
 def explain(incident: str, config: ConfigOpt = DEFAULT_CONFIG) -> None:
-    """Evidence → attribution → rule → action → outcome, from the incident's audit record."""
+    """Evidence → attribution → rule → action → outcome: from the audit record of a closed
+    incident, or from the ``status`` query of an open one."""
     from pydantic import ValidationError
 
     from revive.backtest import explain as explain_text
 
     cfg = _cfg(config)
-    rec = _audit_record(Path(cfg.audit_file), incident)
+    path = Path(cfg.audit_file)
+    rec = _audit_record_or_none(path, incident)
+    if rec is None:
+        console.print(_safe(_explain_open(config, incident, path)))
+        return
     from revive.models import AuditRecord
 
     try:
@@ -302,6 +417,172 @@ def explain(incident: str, config: ConfigOpt = DEFAULT_CONFIG) -> None:
         why = "; ".join(f"{'.'.join(map(str, x['loc'])) or '<root>'}: {x['msg']}" for x in e.errors()[:5])
         raise Fail(f"audit record of {incident!r} in {cfg.audit_file} is invalid: {why}", 2) from None
     console.print(_safe(explain_text(r.result, r.attribution, r.plan)))
+
+
+def _explain_open(config: str, incident: str, audit: Path) -> str:
+    """The explanation of an incident still open (its ``status`` query), outcome ``open``."""
+    from types import SimpleNamespace
+    from typing import Any, cast
+
+    from temporalio.client import WorkflowExecutionStatus
+
+    from revive.backtest import explain as explain_text
+    from revive.models import Attribution, Decision, IncidentResult, Plan
+
+    async def go() -> tuple[object, dict | None]:
+        from temporalio.service import RPCError
+
+        try:
+            _, h, desc = await _handle(config, incident)
+        except RuntimeError:
+            raise Fail(f"no closed incident {incident!r} in {audit}, and Temporal is unreachable", 2) from None
+        if desc.status != WorkflowExecutionStatus.RUNNING:
+            return desc.status, None
+        try:
+            return desc.status, await h.query("status")
+        except RPCError as e:
+            raise Fail(f"incident {incident!r} is open but its status query failed (no worker?): {e.message}", 2) from None
+
+    status, st = _run(go())
+    if st is None:
+        raise Fail(f"incident {incident!r} is {status.name.lower() if status else '?'} but has no audit record "
+                   f"in {audit} (it ended without closing: see revive show {incident})", 2)
+    a = Attribution.model_validate(st["attribution"]) if st.get("attribution") else None
+    p = Plan.model_validate(st["plan"]) if st.get("plan") else None
+    d = Decision.model_validate(st["decision"]) if st.get("decision") else None
+    res = IncidentResult.model_construct(
+        incident_id=incident, outcome=cast(Any, SimpleNamespace(value=f"open: {st.get('state')}")), reason="",
+        category=a.category if a else None, recommended=a.action if a else None, executed=None,
+        rule=p.rule if p else "", decided_by=d.approver if d else None, job_id=st.get("job_id"), attempt=None,
+        breaker_reason=st.get("breaker_reason"), detected_at=None, first_action_at=None, resumed_at=None,
+        closed_at=None)
+    return explain_text(res, a, p)
+
+
+def _audit_record_or_none(path: Path, incident: str) -> dict | None:
+    try:
+        return _audit_record(path, incident)
+    except Fail:
+        return None
+
+
+@app.command()
+def export(
+    incident: str,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="folder (default: ./<incident>)")] = None,
+    config: ConfigOpt = DEFAULT_CONFIG,
+) -> None:
+    """Everything about one incident in a folder, for a ticket: history JSON (and the runbook's),
+    the audit record, the current status and card when it is open."""
+    from temporalio.service import RPCError
+
+    from revive import ids as rids
+
+    cfg = _cfg(config)
+    folder = out or Path(re.sub(r"[^A-Za-z0-9_.-]", "_", incident))
+    folder.mkdir(parents=True, exist_ok=True)
+    written: list[str] = []
+
+    def put(name: str, data: str) -> None:
+        (folder / name).write_text(data, encoding="utf-8")
+        written.append(name)
+
+    rec = _audit_record_or_none(Path(cfg.audit_file), incident)
+    if rec is not None:
+        put("audit.json", json.dumps(rec, indent=1) + "\n")
+
+    async def go() -> None:
+        try:
+            client, h, desc = await _handle(config, incident)
+        except (Fail, RuntimeError) as e:
+            if rec is None:
+                raise Fail(f"{incident!r}: no audit record and no history ({e})", 2) from None
+            err.print(f"[yellow]warning:[/] history not exported: {_safe(e)}")
+            return
+        put("history.json", (await h.fetch_history()).to_json())
+        try:
+            child = client.get_workflow_handle(rids.runbook_id(incident))
+            put("runbook-history.json", (await child.fetch_history()).to_json())
+        except RPCError:
+            pass  # no runbook ran
+        put("describe.json", json.dumps({"status": desc.status.name if desc.status else None,
+                                         "task_queue": desc.task_queue,
+                                         "start_time": desc.start_time.isoformat() if desc.start_time else None,
+                                         "close_time": desc.close_time.isoformat() if desc.close_time else None,
+                                         "search_attributes": {p.key.name: p.value for p in desc.typed_search_attributes}},
+                                        indent=1, default=str) + "\n")
+        from temporalio.client import WorkflowExecutionStatus
+
+        if desc.status == WorkflowExecutionStatus.RUNNING:
+            try:
+                put("status.json", json.dumps(await h.query("status"), indent=1, default=str) + "\n")
+                meta = await h.query("__temporal_workflow_metadata")
+                put("card.md", (meta.current_details or "") + "\n")
+            except RPCError as e:
+                err.print(f"[yellow]warning:[/] status not exported (no worker?): {_safe(e.message)}")
+
+    _run(go())
+    console.print(f"{_safe(folder)}: {', '.join(written)}")
+
+
+@app.command()
+def watch(
+    config: ConfigOpt = DEFAULT_CONFIG,
+    interval: Annotated[float, typer.Option(help="seconds between refreshes")] = 2.0,
+    once: Annotated[bool, typer.Option("--once", help="print one refresh and exit")] = False,
+    limit: int = 50,
+) -> None:
+    """Live view of open incidents (refreshed; Ctrl-C to stop)."""
+    import time
+
+    from rich.live import Live
+
+    from cli.ops import list_incidents
+
+    q = "WorkflowType='IncidentWorkflow' AND ExecutionStatus='Running'"
+
+    async def rows() -> list:
+        return await list_incidents(await _client(config, "revive-cli"), q, limit)
+
+    def view() -> Table:
+        from datetime import UTC, datetime
+
+        try:
+            t = _rows_table(_run(rows()))
+        except RuntimeError as e:
+            t = Table(f"[red]{_safe(e)}[/]")
+        t.title = f"open incidents — {datetime.now(UTC).strftime('%H:%M:%S')} UTC"
+        t.caption = "approve: revive approve <id> --as <you>"
+        return t
+
+    if once:
+        console.print(view())
+        return
+    with Live(view(), console=console, refresh_per_second=4, screen=False) as live:
+        while True:
+            time.sleep(max(0.2, interval))
+            live.update(view())
+
+
+@progress_app.command("check")
+def progress_check(
+    log: Path,
+    as_json: Annotated[bool, typer.Option("--json", help="the ProgressSummary as JSON")] = False,
+) -> None:
+    """Iterations, checkpoints and restarts found in a training log (built-in profiles)."""
+    from revive.profiles import report
+
+    if not log.is_file():
+        raise Fail(f"{log}: no such file", 2)
+    try:
+        with log.open(encoding="utf-8", errors="replace", newline="") as f:  # keep \r: progress bars
+            text = report(f, fmt="json" if as_json else "text")
+    except OSError as e:
+        raise Fail(f"{log}: cannot read: {e.strerror}", 2) from None
+    if as_json:
+        sys.stdout.write(text)
+    else:
+        console.print(_safe(text.rstrip("\n")))
 
 
 def _audit_record(path: Path, incident: str) -> dict:
@@ -346,6 +627,96 @@ def _audit_records(path: Path) -> list[dict]:
 def _result_of(rec: dict) -> dict:
     res = rec.get("result")
     return res if isinstance(res, dict) else {}
+
+
+def _fmt_s(x: float | None) -> str:
+    from cli.ops import fmt_seconds
+
+    return fmt_seconds(x) if x is not None else "-"
+
+
+async def _temporal_records(config: str, have: set[str]) -> list[dict]:
+    """Closed incidents missing from the audit file, from Temporal (results only: no GPU data)."""
+    from cli.ops import literal
+
+    client = await _client(config, "revive-cli")
+    out = []
+    q = f"WorkflowType='IncidentWorkflow' AND ExecutionStatus='Completed' AND ReviveCluster={literal(_cfg(config).name, 'cluster')}"
+    async for wf in client.list_workflows(q, limit=5000):
+        if wf.id in have:
+            continue
+        from revive.models import IncidentResult
+
+        try:
+            r = await client.get_workflow_handle(wf.id, run_id=wf.run_id, result_type=IncidentResult).result()
+        except Exception:  # noqa: BLE001 - one unreadable result must not hide the rest
+            continue
+        out.append({"incident_id": wf.id, "job_id": r.job_id, "result": r.model_dump(mode="json"),
+                    "source": "temporal"})
+    return out
+
+
+@app.command()
+def report(
+    config: ConfigOpt = DEFAULT_CONFIG,
+    audit: Annotated[Path | None, typer.Option(help="audit JSONL (default: the config's audit_file)")] = None,
+    period: Annotated[str, typer.Option(help="day | week | month")] = "day",
+    since: Annotated[str | None, typer.Option(help="faults since: 7d, 30d or an ISO time")] = None,
+    temporal: Annotated[bool | None, typer.Option(
+        "--temporal/--no-temporal", help="add closed incidents missing from the audit file from Temporal "
+                                         "(default: when no --audit is given, if reachable)")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="the whole report as JSON")] = False,
+    png: Annotated[Path | None, typer.Option("--png", help="write a chart of incidents and MTTR over time")] = None,
+) -> None:
+    """Incidents, recovery rate, MTTD/MTTR p50/p95, false isolations and GPU-hours lost, per period
+    and partition (definitions: revive/report.py)."""
+    from cli.ops import QueryValueError, parse_since
+    from revive import report as rr
+
+    given = audit is not None
+    if audit is None:
+        audit = Path(_cfg(config).audit_file)
+    recs = _audit_records(audit)
+    notes = []
+    if temporal or (temporal is None and not given):
+        try:
+            recs += _run(_temporal_records(config, {str(r.get("incident_id")) for r in recs}))
+        except (RuntimeError, OSError) as e:
+            notes.append(f"Temporal not read: {e}")
+        except Exception as e:  # noqa: BLE001 - the audit file alone still makes a report
+            notes.append(f"Temporal not read: {type(e).__name__}: {e}")
+    try:
+        rep = rr.build(recs, rr.read_resumes(audit), period=period, since=parse_since(since) if since else None)
+    except (QueryValueError, ValueError) as e:
+        raise Fail(str(e), 2) from None
+    rep.notes = notes + rep.notes
+    if png:
+        try:
+            rr.chart(rep, png)
+        except ImportError:
+            raise Fail("--png needs matplotlib: pip install 'revive[report]'", 2) from None
+    if as_json:
+        sys.stdout.write(json.dumps(rep.as_json(), indent=1) + "\n")
+        return
+    t = Table("period", "partition", "incidents", "recovered", "recovery", "MTTD p50", "MTTD p95", "MTTR p50",
+              "MTTR p95", "drained", "false isol.", "GPU-h lost", title=f"Revive report ({_safe(audit)})")
+    for g in rep.groups:
+        rate = f"{g['recovery_rate']:.0%}" if g["recovery_rate"] is not None else "-"
+        t.add_row(g["period"], _safe(g["partition"]), str(g["incidents"]), str(g["recovered"]), rate,
+                  _fmt_s(g["mttd_p50_s"]), _fmt_s(g["mttd_p95_s"]), _fmt_s(g["mttr_p50_s"]), _fmt_s(g["mttr_p95_s"]),
+                  str(g["drained_nodes"]), str(g["false_isolations"]), f"{g['gpu_h_lost']:.2f}")
+    console.print(t)
+    j = Table("job", "incidents", "GPUs", "GPUs from", "downtime h", "iterations lost", "GPU-h lost",
+              title="goodput ledger per job")
+    for r in rep.jobs:
+        j.add_row(_safe(r["job_id"]), str(r["incidents"]), ",".join(map(str, r["gpus"])),
+                  _safe(", ".join(r["gpus_source"])), f"{r['downtime_h']:.2f}", "-" if r["iterations_lost"] is None else str(r["iterations_lost"]),
+                  f"{r['gpu_h_lost']:.2f}" + (" (open-ended)" if r["open_ended"] else ""))
+    console.print(j)
+    for n in rep.notes:
+        console.print(f"[dim]note:[/] {_safe(n)}")
+    if png:
+        console.print(f"chart: {_safe(png)}")
 
 
 @app.command()

@@ -8,8 +8,10 @@ with a message saying how to do it by hand.
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable
 from typing import Protocol
 
+from revive import metrics as rm
 from revive.decide.budgets import owns_drain
 from revive.models import NodeRecord
 from revive.policy import RecoveryPolicy
@@ -41,6 +43,7 @@ async def resume_node(
     node: str,
     health_cmd: list[str] | None,
     policy: RecoveryPolicy,
+    on_resumed: Callable[[NodeRecord], None] | None = None,
 ) -> tuple[bool, str]:
     """Run the health check and resume ``node`` if Revive drained it.
 
@@ -52,6 +55,8 @@ async def resume_node(
         health_cmd: argv, ``{node}`` substituted; exit status 0 = healthy. ``None`` = no check
             configured (the message says so).
         policy: ``drain_reason_prefix`` decides ownership.
+        on_resumed: called with the node's record (as drained) once it is resumed (``revive
+            report`` counts resumes of Revive's drains).
 
     Returns ``(resumed, message)``. Refusals (``resumed=False``): unknown node, node not drained,
     drain reason not Revive's (checked before *and* after the health check, so a reason changed
@@ -89,4 +94,7 @@ async def resume_node(
     if again is None or not again.drained or not owns_drain(again.reason, policy):
         return False, f"{node}: not resumed: its state or drain reason changed during the health check"
     ran = await scheduler.resume_nodes([node])
+    rm.action_issued("resume")
+    if on_resumed is not None:
+        on_resumed(rec)
     return True, f"{node}: resumed ({note}; drain reason was {rec.reason!r}; ran {shlex.join(ran)})"

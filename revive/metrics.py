@@ -380,7 +380,9 @@ class TimedScheduler:
         attr = getattr(self._inner, name)
         if name.startswith("_") or not inspect.iscoroutinefunction(attr):
             return attr
-        return (self._metrics or METRICS).scheduler_call(name)(attr)
+        timer = (self._metrics or METRICS).scheduler_call(name)
+        assert timer is not None  # no seconds given: always a timer
+        return timer(attr)
 
     def __repr__(self) -> str:
         return f"TimedScheduler({self._inner!r})"
@@ -507,3 +509,28 @@ def scheduler_call(call: str, seconds: float | None = None) -> _CallTimer | None
 
 def serve(port: int, addr: str = "127.0.0.1") -> MetricsServer:
     return METRICS.serve(port, addr)
+
+
+# ---- monitor hooks (one line each in worker/monitor.py) ---------------------------------------------
+
+def monitor_observed(monitor: Any, started_monotonic: float, metrics: ReviveMetrics | None = None) -> None:
+    """End of one ``Monitor.poll_once`` pass: ``rm.monitor_observed(self, now)`` (``now`` is the
+    pass's ``time.monotonic()`` at its start). Reads ``monitor.follower.states`` (read offsets) and
+    ``monitor.watches`` (jobs watched); never raises."""
+    try:
+        states = getattr(getattr(monitor, "follower", None), "states", {}) or {}
+        offsets = {str(p): int(getattr(s, "offset", 0)) for p, s in states.items()}
+        (metrics or METRICS).monitor_pass(time.monotonic() - started_monotonic, lag_bytes(offsets),
+                                          len(getattr(monitor, "watches", {}) or {}))
+    except Exception as e:  # noqa: BLE001 - a metric must never fail a monitor pass
+        log.debug("monitor_observed: %s", e)
+
+
+async def refresh_approvals(client: Any, metrics: ReviveMetrics | None = None) -> None:
+    """``revive_approvals_pending`` / ``revive_oldest_approval_age_seconds`` from visibility (a
+    periodic call, e.g. beside the monitor's 10 s watchdog: ``await rm.refresh_approvals(self.client)``).
+    Never raises (visibility down: the gauges keep their last values)."""
+    try:
+        (metrics or METRICS).set_approvals(await approval_ages(client))
+    except Exception as e:  # noqa: BLE001
+        log.debug("refresh_approvals: %s", e)

@@ -13,6 +13,9 @@ Register them before starting workers:
   ``tests/fixtures_temporal.py``).
 
 Values are stored unencrypted in visibility: IDs and names only, never secrets.
+
+``TYPES`` gives each key's ``temporal --search-attribute NAME=TYPE`` type; ``scripts/temporal-up.sh``
+keeps the same list (``tests/ops`` checks they agree).
 """
 
 from __future__ import annotations
@@ -33,6 +36,19 @@ NODES = SearchAttributeKey.for_keyword_list("ReviveNodes")
 """Culprit nodes (KeywordList): ``ReviveNodes IN ('node1','node2')`` finds repeat offenders."""
 INCIDENT_ID = SearchAttributeKey.for_keyword("ReviveIncidentId")
 """Revive's incident id (also in the workflow id)."""
+CULPRITS = SearchAttributeKey.for_keyword_list("ReviveCulprits")
+"""Nodes the attribution blames (KeywordList), upserted after attribution when there are any:
+``ReviveCulprits IN ('node2')`` (``ReviveNodes`` holds the job's nodes at detection)."""
 
-ALL: list[SearchAttributeKey] = [CLUSTER, JOB_ID, CATEGORY, STATE, MODE, NODES, INCIDENT_ID]
+ALL: list[SearchAttributeKey] = [CLUSTER, JOB_ID, CATEGORY, STATE, MODE, NODES, INCIDENT_ID, CULPRITS]
 """Every key, for registration (``start_local(search_attributes=ALL)``)."""
+
+
+def cli_type(key: SearchAttributeKey) -> str:
+    """The ``temporal server start-dev --search-attribute NAME=TYPE`` type of ``key``."""
+    return {"KEYWORD_LIST": "KeywordList", "KEYWORD": "Keyword", "TEXT": "Text", "INT": "Int",
+            "DOUBLE": "Double", "BOOL": "Bool", "DATETIME": "Datetime"}[key.indexed_value_type.name]
+
+
+TYPES: dict[str, str] = {k.name: cli_type(k) for k in ALL}
+"""Name → CLI type, for every key in ``ALL``."""

@@ -36,8 +36,9 @@ WAIT="${REVIVE_WAIT:-60}"
 NAMESPACE=default
 SEARCH_ATTRIBUTES=(
   ReviveCluster=Keyword ReviveJobId=Keyword ReviveCategory=Keyword ReviveState=Keyword
-  ReviveMode=Keyword ReviveNodes=KeywordList ReviveIncidentId=Keyword
+  ReviveMode=Keyword ReviveNodes=KeywordList ReviveIncidentId=Keyword ReviveCulprits=KeywordList
 )
+# keep in step with revive/search_attributes.py ALL (tests/ops/test_card.py compares them)
 
 find_temporal() {
   [ -n "${REVIVE_TEMPORAL_BIN:-}" ] && { echo "$REVIVE_TEMPORAL_BIN"; return; }
@@ -118,5 +119,14 @@ for _ in $(seq 1 20); do
 done
 [ $ok = 1 ] || die "could not set retention $RETENTION on namespace $NAMESPACE (log: $DIR/server.log)"
 log "namespace $NAMESPACE retention $RETENTION"
+# a database kept from an older checkout may lack a name added since: create any that is missing
+have="$("$TEMPORAL" operator search-attribute list --address "$IP:$PORT" --namespace "$NAMESPACE" 2>>"$DIR/server.log" || true)"
+for sa in "${SEARCH_ATTRIBUTES[@]}"; do
+  name="${sa%%=*}"
+  grep -qw "$name" <<<"$have" && continue
+  "$TEMPORAL" operator search-attribute create --address "$IP:$PORT" --namespace "$NAMESPACE" \
+    --name "$name" --type "${sa#*=}" >>"$DIR/server.log" 2>&1 || die "cannot register search attribute $sa (log: $DIR/server.log)"
+  log "registered search attribute $sa"
+done
 echo "$SETTINGS" > "$DIR/settings"
 summary

@@ -10,6 +10,7 @@ import sys
 import time
 from datetime import timedelta
 from pathlib import Path
+from typing import cast
 
 from temporalio.client import Client
 from temporalio.worker import Worker
@@ -22,6 +23,7 @@ from activities.jobspec import JobSpecActivities
 from activities.notify import notify
 from activities.remediation import RemediationActivities
 from activities.verification import VerificationActivities
+from revive import metrics as rm
 from revive.config import ClusterConfig
 from revive.failopen import arm_hold_release
 from revive.scheduler.base import Scheduler
@@ -80,7 +82,7 @@ def build_worker(client: Client, cfg: ClusterConfig, scheduler: Scheduler, task_
     subs = {activity_name(f): f for f in replace or []}
     acts = [subs.pop(activity_name(f), f) for f in build_activities(client, cfg, build_site(cfg, scheduler), tq)]
     return Worker(client, task_queue=tq, workflows=WORKFLOWS, activities=acts + list(subs.values()),
-                  graceful_shutdown_timeout=timedelta(seconds=5))
+                  interceptors=[rm.metrics_interceptor()], graceful_shutdown_timeout=timedelta(seconds=5))
 
 
 async def run_worker(cfg: ClusterConfig, scheduler: Scheduler | None = None) -> None:
@@ -89,7 +91,8 @@ async def run_worker(cfg: ClusterConfig, scheduler: Scheduler | None = None) -> 
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     client = await connect(cfg.temporal, identity="revive-worker")
-    sched = scheduler or build_site(cfg).scheduler
+    # every scheduler call timed as revive_scheduler_call_seconds{call}
+    sched = scheduler or cast(Scheduler, rm.TimedScheduler(build_site(cfg).scheduler))
     worker = build_worker(client, cfg, sched)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

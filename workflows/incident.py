@@ -7,7 +7,7 @@ runbook as a child workflow (act → verify) → close with one audit record.
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio import workflow
@@ -21,7 +21,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.guard import GuardActivities
     from activities.jobspec import JobSpecActivities
     from activities.remediation import RemediationActivities
-    from revive import ids, retry
+    from revive import card, ids, retry
     from revive import search_attributes as sa
     from revive.decide.approval import needs_person, parse_decision
     from revive.decide.breaker import DrainGrant, DrainGrantInput
@@ -42,6 +42,7 @@ with workflow.unsafe.imports_passed_through():
         IncidentOutcome,
         IncidentResult,
         IncidentState,
+        JobRecord,
         ModeInput,
         NotifyEvent,
         NotifyInput,
@@ -61,6 +62,9 @@ PATCH_SAVE_JOB_SPEC = "save-job-spec"
 """Job specs saved at detection (resubmission). Remove once no incident started before it is open."""
 PATCH_EXTERNAL_IN_BACKGROUND = "external-attribution-in-background"
 """The external attribution no longer holds up the plan. Remove with the previous one."""
+PATCH_CULPRIT_SA = "culprit-search-attribute"
+"""``ReviveCulprits`` upserted after attribution (one more command). Remove once no incident started
+before it is open."""
 
 
 @workflow.defn
@@ -81,6 +85,9 @@ class IncidentWorkflow:
         self._partition_size = 1
         self._breaker_reason = ""
         self._dropped_triggers = 0
+        self._job: JobRecord | None = None
+        self._stages: dict[str, datetime] = {}
+        """State → when it was entered (workflow time): the card's and ``revive show``'s timings."""
 
     @workflow.run
     async def run(self, inp: IncidentInput) -> IncidentResult:
@@ -163,6 +170,9 @@ class IncidentWorkflow:
                 self._external = None
         a = self._attribution
         workflow.upsert_search_attributes([sa.CATEGORY.value_set(a.category.value)])
+        # patched: histories recorded before it have one upsert fewer here
+        if workflow.patched(PATCH_CULPRIT_SA) and a.culprit_nodes:
+            workflow.upsert_search_attributes([sa.CULPRITS.value_set(list(a.culprit_nodes))])
         return a
 
     async def _decide_plan(self, inp: IncidentInput, evidence: EvidenceBundle, a: Attribution) -> Plan:
@@ -175,6 +185,7 @@ class IncidentWorkflow:
                                  nodes_since_iso=(workflow.now() - inp.policy.repeat_offender.window).isoformat()),
             start_to_close_timeout=retry.SHORT, retry_policy=retry.READ_ONLY, summary="job incident history",
         )
+        self._job = evidence.job
         self._partition_size = evidence.partition_size or max(len(evidence.node_states), 1)
         self._plan = plan_for(a, inp.policy, history, evidence.job, inp.checkpoint_iteration, now=workflow.now())
         workflow.set_current_details(self._details())
@@ -255,7 +266,9 @@ class IncidentWorkflow:
             culprit_nodes=a.culprit_nodes if a else [], recommended=a.action if a else None,
             executed=self._executed(plan, runbook),
             rule=plan.rule if plan else "", decided_by=d.approver if d else None,
-            detected_at=inp.detected_at, first_action_at=runbook.first_action_at if runbook else None,
+            detected_at=inp.detected_at,
+            fault_time=a.root_event.timestamp if a and a.root_event else None,
+            first_action_at=runbook.first_action_at if runbook else None,
             resumed_at=runbook.verify.resumed_at if runbook and runbook.verify else None,
             closed_at=workflow.now(), job_id=inp.job.job_id, attempt=inp.attempt,
             root_signature=a.root_event.signature_id if a and a.root_event else None,
@@ -269,7 +282,8 @@ class IncidentWorkflow:
                         external_attribution=self._external, plan=plan, decision=d, runbook=runbook,
                         result=result, policy=inp.policy, ignored_decisions=list(self._gate.ignored),
                         extra_triggers=list(self._extra_triggers)
-                        + ([f"{self._dropped_triggers} more trigger(s) not kept"] if self._dropped_triggers else [])),
+                        + ([f"{self._dropped_triggers} more trigger(s) not kept"] if self._dropped_triggers else []),
+                        partition=inp.partition, job=self._job, last_progress=dict(inp.last_progress)),
             start_to_close_timeout=retry.SHORT, retry_policy=retry.READ_ONLY, summary="append audit record",
         )
         await workflow.wait_condition(workflow.all_handlers_finished)
@@ -290,20 +304,20 @@ class IncidentWorkflow:
     # ---- state, UI metadata --------------------------------------------------------------------
     def _set_state(self, state: str) -> None:
         self._state = state
+        self._stages.setdefault(str(state), workflow.now())
         workflow.upsert_search_attributes([sa.STATE.value_set(state)])
         workflow.set_current_details(self._details())
 
     def _details(self) -> str:
-        a, p = self._attribution, self._plan
-        lines = [f"**{self._inp.incident_id}** — state `{self._state}`, mode `{self._mode.value}`"]
-        if a:
-            lines.append(f"attribution: {a.category.value} / {a.domain.value}, culprit {a.culprit_nodes or 'unknown'}, "
-                         f"recommends {a.action.value} ({a.confidence:.2f}): {a.explanation}")
-        if p:
-            lines.append(f"plan: {p.runbook} → {p.action.value} (rule {p.rule}); drain {p.drain_nodes}, exclude {p.exclude_nodes}")
-        if self._state == IncidentState.awaiting_approval:
-            lines.append(f"approve: revive approve {self._inp.incident_id} --as <you>   (or signal `decide`)")
-        return "\n\n".join(lines)
+        """The incident card (``revive.card``): verdict first, evidence, plan, decision, how to decide, timings."""
+        inp, t = self._inp, self._inp.trigger
+        return card.render(
+            incident_id=inp.incident_id, state=str(self._state), mode=self._mode.value,
+            attribution=self._attribution, plan=self._plan, decision=self._gate.decision,
+            approvers=list(self._gate.approvers), stages=self._stages, detected_at=inp.detected_at,
+            now=workflow.now(), trigger=f"{t.kind.value} {t.signature_id or t.state_to or ''}".strip(),
+            breaker_reason=self._breaker_reason, ignored=len(self._gate.ignored),
+        )
 
     # ---- human in the loop ---------------------------------------------------------------------
     # Handlers take ``*args``: the SDK then decodes any number of payloads as plain JSON values, so no
@@ -359,4 +373,8 @@ class IncidentWorkflow:
             "plan": self._plan.model_dump(mode="json") if self._plan else None,
             "decision": self._gate.decision.model_dump(mode="json") if self._gate.decision else None,
             "ignored_decisions": list(self._gate.ignored),
+            "incident_id": self._inp.incident_id, "job_id": self._inp.job.job_id,
+            "detected_at": self._inp.detected_at.isoformat(),
+            "stages": {k: v.isoformat() for k, v in self._stages.items()},
+            "breaker_reason": self._breaker_reason or None,
         }

@@ -19,6 +19,7 @@ from revive.models.domain import (
     IncidentOutcome,
     IncidentResult,
     JobIdentity,
+    JobRecord,
     Plan,
     RunbookName,
     Trigger,
@@ -170,6 +171,13 @@ class AuditRecord(BaseModel):
     ignored_decisions: list[str] = Field(default_factory=list)
     """Invalid, late or duplicate approve/reject signals, recorded and ignored."""
     extra_triggers: list[str] = Field(default_factory=list)
+    # ---- for ``revive report`` (issue 11); optional, older records stay valid ----
+    partition: str | None = None
+    """The job's partition at detection."""
+    job: JobRecord | None = None
+    """The job record gathered as evidence (nodes, ``tres_per_node``: GPUs for the goodput ledger)."""
+    last_progress: dict[str, str] = Field(default_factory=dict)
+    """Last progress line per rank before the fault (iteration reached, step time)."""
 
 
 # ---- notifications (revive.notify, activities.notify) -----------------------------------------

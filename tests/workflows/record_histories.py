@@ -42,7 +42,7 @@ from workflows.guard import ClusterGuardWorkflow  # noqa: E402
 from workflows.incident import IncidentWorkflow  # noqa: E402
 
 OUT = ROOT / "tests" / "histories"
-TAG = "v4"
+TAG = "v5"
 """Bump when recording after a workflow change; keep older files: they must still replay."""
 
 
