@@ -110,19 +110,21 @@ async def check_config(cfg: ClusterConfig) -> list[CheckRow]:
         return True, f"namespace {cfg.temporal.namespace}, task queue {cfg.temporal.task_queue}"
 
     rows.append(await _timed("temporal", cfg.temporal.address, temporal()))
-    job = next((j for j in jobs if j.std_out), None)
-    if job is not None and job.std_out:
-        log_path = job.std_out
+    # running jobs first, then the newest: a finished job's log may be gone (that is no config error)
+    with_logs = sorted((j for j in jobs if j.std_out), key=lambda j: (j.state != "RUNNING", -_num(j.job_id)))[:5]
+    where_log = f"{cfg.logs.backend} {cfg.logs.url}" if cfg.logs.backend != "file" else (
+        "sftp (login node)" if cfg.logs.over_ssh else "local files")
 
-        async def logs() -> tuple[bool, str]:
-            _, size = await site.logs.read_tail(log_path, 4096, job_id=job.job_id)
-            return True, f"{size} bytes"
+    async def logs() -> tuple[bool, str]:
+        for job in with_logs:
+            try:
+                _, size = await site.logs.read_tail(job.std_out or "", 4096, job_id=job.job_id)
+            except FileNotFoundError:
+                continue
+            return True, f"job {job.job_id}: {size} bytes of {job.std_out}"
+        return True, "no job log to read right now" + (" (the listed jobs' files are gone)" if with_logs else "")
 
-        where_log = (f"{cfg.logs.backend} {cfg.logs.url} job {job.job_id}" if cfg.logs.backend != "file"
-                     else ("sftp:" if cfg.logs.over_ssh else "") + log_path)
-        rows.append(await _timed("job log", where_log, logs()))
-    else:
-        rows.append(CheckRow("job log", "-", True, "no job with a log to read right now"))
+    rows.append(await _timed("job log", where_log, logs()))
     nodes = sorted({n for j in jobs for n in j.nodes}) or [n.name for n in (await _nodes(site))[:1]]
     for node in nodes[:4]:
         async def kern(node: str = node) -> tuple[bool, str]:
@@ -132,6 +134,11 @@ async def check_config(cfg: ClusterConfig) -> list[CheckRow]:
         rows.append(await _timed("kernel log", node, kern()))
     await site.close()
     return rows
+
+
+def _num(job_id: str) -> int:
+    head = job_id.split("_", 1)[0]
+    return int(head) if head.isdigit() else 0
 
 
 async def _nodes(site) -> list:  # noqa: ANN001
