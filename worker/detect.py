@@ -11,11 +11,15 @@ Times are passed in (``now`` as a monotonic float in seconds), so tests drive th
 
 from __future__ import annotations
 
+import functools
+import re
 import statistics
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
-from revive.logline import cap_line
+from revive.logline import LINE_CAP, cap_bytes, cap_line, decode_line
 from revive.progress import parse_attempt, parse_checkpoint, parse_progress
 
 MAX_STEP_INTERVAL_S = 6 * 3600.0
@@ -61,12 +65,12 @@ class AttemptTracker:
 
     def feed(self, text: str, now: float) -> None:
         """Update progress state from one line (attempt markers, progress, checkpoints)."""
-        a = parse_attempt(text)
+        a = parse_attempt(text) if text.startswith("=== attempt restart=") else None
         if a is not None:
             if not self.attempt_seen or a != self.attempt:
                 self.new_attempt(a)
             return
-        ck = parse_checkpoint(text)
+        ck = parse_checkpoint(text) if "checkpoint at iteration" in text else None
         if ck:
             kind, it = ck
             if kind == "saving":
@@ -152,3 +156,83 @@ def fault_family(category: str) -> str:
         "timeout": "limit", "preempted": "limit",
     }
     return fam.get(category, "crash")
+
+
+# ----------------------------------------------------------------------------- chunk scan
+PROGRESS_LITERALS = ("iteration", "=== attempt restart=")
+"""Every line ``AttemptTracker.feed`` acts on contains one of these (attempt markers, checkpoint
+and progress lines all do); a line with none of them and no catalog literal changes nothing."""
+
+_LONG_BLOCK = LINE_CAP // 2
+
+
+class ChunkScanner:
+    """Picks, in one pass over a buffer of whole lines, the lines the detect stage must look at.
+
+    One combined alternation (RE2 when available) of the catalog's prefilter literals and
+    ``PROGRESS_LITERALS`` runs over the new bytes of a log; only the lines it hits are decoded and
+    handed to Python (``AttemptTracker.feed`` + ``root_hit``). Every other line would have been a
+    no-op for both, so the result is the same as feeding every line. Buffers where the byte-level
+    gate could disagree with the per-line path (a NUL byte, which ``decode_line`` drops, or a line
+    longer than ``LINE_CAP`` bytes, which capping rewrites) are handed over line by line.
+    """
+
+    def __init__(self, literals: list[str] | None = None) -> None:
+        if literals is None:
+            from revive.signatures.matcher import default_matcher
+
+            literals = list(default_matcher().literals)
+        lits = sorted({*literals, *PROGRESS_LITERALS}, key=len, reverse=True)
+        alt = b"|".join(re.escape(x.encode()) for x in lits)
+        self.gate: Any
+        try:
+            import re2
+
+            self.gate = re2.compile(alt)
+        except Exception:  # pragma: no cover - re2 is a dependency; same results with re
+            self.gate = re.compile(alt)
+
+    @staticmethod
+    def _has_long_line(data: bytes) -> bool:
+        # a line longer than LINE_CAP covers a whole aligned block of LINE_CAP/2 bytes
+        n = len(data)
+        for p in range(0, n - _LONG_BLOCK + 1, _LONG_BLOCK):
+            if data.find(b"\n", p, p + _LONG_BLOCK) < 0:
+                ls = data.rfind(b"\n", 0, p) + 1
+                le = data.find(b"\n", p)
+                if (n if le < 0 else le) - ls > LINE_CAP:
+                    return True
+        return False
+
+    def lines(self, data: bytes, first_line_no: int = 1) -> Iterator[tuple[int, str]]:
+        """(line number, decoded text) of the lines of ``data`` that can matter, in order."""
+        if b"\x00" in data or self._has_long_line(data):
+            parts = data.split(b"\n")
+            if parts and parts[-1] == b"":
+                parts.pop()
+            for i, raw in enumerate(parts):
+                yield first_line_no + i, decode_line(cap_bytes(raw, 4 * LINE_CAP))
+            return
+        search, find, count = self.gate.search, data.find, data.count
+        n = len(data)
+        pos = 0
+        line_no = first_line_no
+        while pos < n:
+            m = search(data, pos)
+            if m is None:
+                return
+            hit = m.start()
+            i = data.rfind(b"\n", pos, hit)
+            ls = i + 1 if i >= 0 else pos
+            line_no += count(b"\n", pos, ls)
+            le = find(b"\n", hit)
+            if le < 0:
+                le = n
+            yield line_no, decode_line(data[ls:le])
+            line_no += 1
+            pos = le + 1
+
+
+@functools.lru_cache(maxsize=1)
+def default_scanner() -> ChunkScanner:
+    return ChunkScanner()

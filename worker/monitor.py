@@ -12,11 +12,18 @@ Incident id = cluster + job id + the SubmitTime first seen for the job (Slurm 22
 requeue, and job ids restart at 1 on a fresh cluster) + attempt + fault family. One incident per
 attempt: later triggers of the same attempt are sent to it as ``add_trigger`` signals; lines from
 earlier attempts never open one; 10 000 repeats of a fault make one incident.
+
+Scale (issue #13): ``shard=(i, n)`` watches only the jobs whose stable hash (sha256 of cluster and
+job id) is ``i`` modulo ``n``, so ``n`` monitors split a cluster's jobs with no overlap (and the
+incident's workflow id dedupes anything that slips through, e.g. while re-sharding). The job list
+can be polled less often than the logs (``jobs_poll_s``); each log's new bytes are scanned as one
+chunk (``worker.detect.ChunkScanner``) and only the lines that can matter reach Python.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import time
@@ -51,7 +58,7 @@ from revive.models import (
 from revive.policy import RecoveryPolicy
 from revive.scheduler.base import Scheduler
 from revive.tail import Follower
-from worker.detect import AttemptTracker, fault_family, root_hit
+from worker.detect import AttemptTracker, default_scanner, fault_family, root_hit
 
 log = logging.getLogger("revive.monitor")
 
@@ -68,6 +75,29 @@ def opted_in(job: JobRecord, cfg: ClusterConfig, policy: RecoveryPolicy) -> bool
             return False
         return isinstance(data, dict) and policy.opt_in.comment_key in data
     return False
+
+
+def shard_of(cluster: str, job_id: str, n: int) -> int:
+    """The shard (0 … n-1) a job belongs to: sha256 of ``cluster`` and ``job_id``, stable across
+    processes, hosts and Python versions (unlike ``hash()``)."""
+    d = hashlib.sha256(f"{cluster}\x00{job_id}".encode()).digest()
+    return int.from_bytes(d[:8], "big") % n
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``"i/n"`` → ``(i, n)`` with 0 ≤ i < n (``revive monitor --shard 0/2``). ValueError otherwise."""
+    i_s, sep, n_s = text.strip().partition("/")
+    if not sep:
+        raise ValueError(f"shard {text!r}: expected i/n, e.g. 0/2 (this monitor is shard i of n)")
+    try:
+        i, n = int(i_s), int(n_s)
+    except ValueError:
+        raise ValueError(f"shard {text!r}: i and n must be integers, e.g. 0/2") from None
+    if n < 1:
+        raise ValueError(f"shard {text!r}: n must be at least 1")
+    if not 0 <= i < n:
+        raise ValueError(f"shard {text!r}: i must be between 0 and n-1 ({n - 1})")
+    return i, n
 
 
 @dataclass
@@ -87,13 +117,24 @@ class Monitor:
 
     def __init__(self, cfg: ClusterConfig, policy: RecoveryPolicy, client: Client, scheduler: Scheduler,
                  policy_path: str | None = None, task_queue: str | None = None,
-                 ui_base: str | None = None) -> None:
+                 ui_base: str | None = None, shard: tuple[int, int] | None = None,
+                 jobs_poll_s: float | None = None) -> None:
         self.cfg, self.policy, self.client, self.scheduler = cfg, policy, client, scheduler
         self.policy_path = policy_path
         self.task_queue = task_queue or cfg.temporal.task_queue
         self.ui_base = ui_base
+        if shard is not None and not (shard[1] >= 1 and 0 <= shard[0] < shard[1]):
+            raise ValueError(f"shard {shard!r}: expected (i, n) with 0 <= i < n")
+        self.shard = shard if shard is not None and shard[1] > 1 else None
+        self.jobs_poll_s = jobs_poll_s
+        """Seconds between job-list polls; None = every pass (logs are followed every pass)."""
         state = Path(cfg.state_dir)
-        self.follower = Follower(offsets_file=state / "offsets.json", cluster=cfg.name)
+        offsets = "offsets.json" if self.shard is None else f"offsets-{self.shard[0]}of{self.shard[1]}.json"
+        self.follower = Follower(offsets_file=state / offsets, cluster=cfg.name)
+        self.scanner = default_scanner()
+        self._jobs: list[JobRecord] = []
+        self._last_list: float | None = None
+        self._last_save: float | None = None
         self.watches: dict[str, Watch] = {}
         self.started: list[str] = []
         self._last_watchdog = 0.0
@@ -101,6 +142,10 @@ class Monitor:
         """Triggers whose incident could not be started yet (Temporal down): retried each pass."""
 
     # ---- loop --------------------------------------------------------------------------------
+    def mine(self, job_id: str) -> bool:
+        """Whether this monitor's shard watches ``job_id``."""
+        return self.shard is None or shard_of(self.cfg.name, job_id, self.shard[1]) == self.shard[0]
+
     async def run(self, stop: asyncio.Event) -> None:
         interval = min(self.cfg.logs.poll_interval_s, 0.5)
         while not stop.is_set():
@@ -121,9 +166,15 @@ class Monitor:
         retry, self.pending = self.pending, []
         for w, j, trig, family, attempt in retry:
             await self._trigger(w, j, trig, family, attempt=attempt)
-        jobs = await self.scheduler.list_jobs()
+        if self._last_list is None or self.jobs_poll_s is None or now - self._last_list >= self.jobs_poll_s:
+            jobs = await self.scheduler.list_jobs()
+            if self.shard is not None:
+                jobs = [j for j in jobs if self.mine(j.job_id)]
+            self._jobs, self._last_list, fresh = jobs, now, True
+        else:
+            jobs, fresh = self._jobs, False
         live = {j.job_id: j for j in jobs}
-        for j in jobs:
+        for j in jobs if fresh else ():
             w = self.watches.get(j.job_id)
             if w is not None and j.submit_time and w.first_submit and w.job.name != j.name:
                 self.watches.pop(j.job_id)  # a reused id (fresh cluster): a different job
@@ -140,8 +191,11 @@ class Monitor:
                 self.watches.pop(job_id)
                 continue
             await self._follow(w, j, now)
-        self.follower.save()
-        if now - self._last_watchdog > 10:
+        if self._last_save is None or now - self._last_save >= 1.0:  # a cache: once a second is plenty
+            self._last_save = now
+            self.follower.save()
+        if now - self._last_watchdog > 10 and (self.shard is None or self.shard[0] == 0):
+            # one watchdog per cluster: shard 0 runs it
             self._last_watchdog = now
             try:
                 from revive.failopen import release_stranded_holds
@@ -154,8 +208,9 @@ class Monitor:
 
     async def _follow(self, w: Watch, j: JobRecord, now: float) -> None:
         t = w.tracker
-        if j.std_out:
-            for line_no, text in self.follower.read_new(j.std_out):
+        got = self.follower.read_chunk(j.std_out) if j.std_out else None
+        if got is not None and j.std_out:
+            for line_no, text in self.scanner.lines(got[1], got[0]):
                 t.feed(text, now)
                 if t.attempt_seen and t.attempt < j.restart_count:
                     continue  # lines of an earlier attempt never open an incident
@@ -243,7 +298,8 @@ class Monitor:
 
 
 async def run_monitor(cfg: ClusterConfig, policy: RecoveryPolicy, policy_path: str | None = None,
-                      ui_base: str | None = None) -> None:
+                      ui_base: str | None = None, shard: tuple[int, int] | None = None,
+                      jobs_poll_s: float | None = None) -> None:
     """Run until SIGINT/SIGTERM."""
     import signal
 
@@ -252,10 +308,12 @@ async def run_monitor(cfg: ClusterConfig, policy: RecoveryPolicy, policy_path: s
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     client = await connect(cfg.temporal, identity="revive-monitor")
-    mon = Monitor(cfg, policy, client, SlurmCLI.from_config(cfg), policy_path=policy_path, ui_base=ui_base)
+    mon = Monitor(cfg, policy, client, SlurmCLI.from_config(cfg), policy_path=policy_path, ui_base=ui_base,
+                  shard=shard, jobs_poll_s=jobs_poll_s)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for s in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(s, stop.set)
-    log.info("revive monitor for cluster %s (mode %s)", cfg.name, policy.mode.value)
+    log.info("revive monitor for cluster %s (mode %s%s)", cfg.name, policy.mode.value,
+             f", shard {shard[0]}/{shard[1]}" if shard else "")
     await mon.run(stop)
