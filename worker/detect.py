@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from revive.logline import LINE_CAP, cap_bytes, cap_line, decode_line
-from revive.progress import parse_attempt, parse_checkpoint, parse_progress
+from revive.progress import GENERIC_PROGRESS_RE, PROGRESS_RE, parse_attempt, parse_checkpoint, parse_ts
 
 MAX_STEP_INTERVAL_S = 6 * 3600.0
 """A gap between progress stamps above this is a clock jump (or a bogus stamp), not a step time."""
@@ -57,6 +57,8 @@ class AttemptTracker:
     """Step times of the attempt (``step_time_ms`` of the lowest rank printing it), in ms."""
     last_by_rank: dict[str, str] = field(default_factory=dict)
     _prev_ts: datetime | None = None
+    _min_rank: int | None = None
+    """The lowest rank in ``last_by_rank`` (kept instead of recomputed per line)."""
 
     def new_attempt(self, n: int) -> None:
         keep_ckpt = self.checkpoint
@@ -64,38 +66,59 @@ class AttemptTracker:
         self.attempt, self.attempt_seen, self.checkpoint = n, True, keep_ckpt
 
     def feed(self, text: str, now: float) -> None:
-        """Update progress state from one line (attempt markers, progress, checkpoints)."""
-        a = parse_attempt(text) if text.startswith("=== attempt restart=") else None
-        if a is not None:
-            if not self.attempt_seen or a != self.attempt:
-                self.new_attempt(a)
-            return
-        ck = parse_checkpoint(text) if "checkpoint at iteration" in text else None
-        if ck:
-            kind, it = ck
-            if kind == "saving":
-                self.saving_since_mono = now
-            elif kind == "saved":
-                self.checkpoint = it
-                if self.saving_since_mono is not None:
-                    self.paused_s += now - self.saving_since_mono
-                    self.saving_since_mono = None
-            elif kind == "resumed":
-                self.checkpoint = it
-            return
-        p = parse_progress(text)
-        if p is None:
-            return
-        if p.rank is not None:
-            self.last_by_rank[f"rank {p.rank}"] = text[:1024]
-            if p.rank == min(int(k.split()[1]) for k in self.last_by_rank) and p.step_ms is not None:
-                self.step_ms.append(p.step_ms)
+        """Update progress state from one line (attempt markers, progress, checkpoints).
+
+        Same result as parsing each line with ``revive.progress`` (``parse_attempt``,
+        ``parse_checkpoint``, ``parse_progress``), with the cheap checks first: the timestamp is
+        parsed only for a line that advances the iteration (the only place it is used)."""
+        if text.startswith("=== attempt restart="):
+            a = parse_attempt(text)
+            if a is not None:
+                if not self.attempt_seen or a != self.attempt:
+                    self.new_attempt(a)
+                return
+        if "checkpoint at iteration" in text:
+            ck = parse_checkpoint(text)
+            if ck:
+                kind, it = ck
+                if kind == "saving":
+                    self.saving_since_mono = now
+                elif kind == "saved":
+                    self.checkpoint = it
+                    if self.saving_since_mono is not None:
+                        self.paused_s += now - self.saving_since_mono
+                        self.saving_since_mono = None
+                elif kind == "resumed":
+                    self.checkpoint = it
+                return
+        m = PROGRESS_RE.match(text)
+        if m is not None:
+            iteration = int(m.group("it"))
+            rank = int(m.group("rank"))
+            comp, step_s = m.group("compute"), m.group("step")
+            step = float(step_s) if step_s else None
+            if comp:
+                float(comp)  # parse_progress raises on a malformed number before any state changes
+            self.last_by_rank[f"rank {rank}"] = text[:1024]
+            mr = self._min_rank
+            if mr is None or rank < mr:
+                mr = self._min_rank = rank
+            if rank == mr and step is not None:
+                self.step_ms.append(step)
                 if len(self.step_ms) > 2000:
                     del self.step_ms[20:1020]  # keep the baseline (head) and the recent steps
-        ts = p.timestamp
-        if ts is not None and ts.tzinfo is None:  # ranks may mix naive and zoned stamps
-            ts = ts.replace(tzinfo=UTC)
-        if self.last_iteration is None or p.iteration > self.last_iteration:
+        else:
+            if "iteration" not in text or "checkpoint" in text:
+                return
+            g = GENERIC_PROGRESS_RE.search(text)
+            if g is None:
+                return
+            iteration = int(g.group("it"))
+        if self.last_iteration is None or iteration > self.last_iteration:
+            raw_ts = parse_ts(text)
+            ts = raw_ts
+            if ts is not None and ts.tzinfo is None:  # ranks may mix naive and zoned stamps
+                ts = ts.replace(tzinfo=UTC)
             if ts and self._prev_ts and ts > self._prev_ts:
                 gap = (ts - self._prev_ts).total_seconds()
                 if gap <= MAX_STEP_INTERVAL_S:
@@ -103,8 +126,8 @@ class AttemptTracker:
                     self.step_intervals = self.step_intervals[-200:]
             if ts:
                 self._prev_ts = ts
-            self.last_iteration = p.iteration
-            self.last_progress_ts = p.timestamp
+            self.last_iteration = iteration
+            self.last_progress_ts = raw_ts
         if self.first_progress_mono is None:
             self.first_progress_mono = now
         self.last_progress_mono = now
@@ -169,9 +192,10 @@ _LONG_BLOCK = LINE_CAP // 2
 class ChunkScanner:
     """Picks, in one pass over a buffer of whole lines, the lines the detect stage must look at.
 
-    One combined alternation (RE2 when available) of the catalog's prefilter literals and
-    ``PROGRESS_LITERALS`` runs over the new bytes of a log; only the lines it hits are decoded and
-    handed to Python (``AttemptTracker.feed`` + ``root_hit``). Every other line would have been a
+    One combined alternation (RE2 when available) of the catalog's prefilter literals runs over the
+    new bytes of a log, and ``bytes.find`` looks for ``PROGRESS_LITERALS``; only the lines they hit
+    are decoded and handed to Python (``AttemptTracker.feed``, and ``root_hit`` for the lines with a
+    catalog literal). Every other line would have been a
     no-op for both, so the result is the same as feeding every line. Buffers where the byte-level
     gate could disagree with the per-line path (a NUL byte, which ``decode_line`` drops, or a line
     longer than ``LINE_CAP`` bytes, which capping rewrites) are handed over line by line.
@@ -182,7 +206,7 @@ class ChunkScanner:
             from revive.signatures.matcher import default_matcher
 
             literals = list(default_matcher().literals)
-        lits = sorted({*literals, *PROGRESS_LITERALS}, key=len, reverse=True)
+        lits = sorted(set(literals), key=len, reverse=True)
         alt = b"|".join(re.escape(x.encode()) for x in lits)
         self.gate: Any
         try:
@@ -204,33 +228,65 @@ class ChunkScanner:
                     return True
         return False
 
-    def lines(self, data: bytes, first_line_no: int = 1) -> Iterator[tuple[int, str]]:
-        """(line number, decoded text) of the lines of ``data`` that can matter, in order."""
+    def _catalog_lines(self, data: bytes) -> dict[int, int]:
+        """Line start → line end of every line with a catalog literal (one gate call per such line)."""
+        out: dict[int, int] = {}
+        search, find, rfind, n, pos = self.gate.search, data.find, data.rfind, len(data), 0
+        while pos < n:
+            m = search(data, pos)
+            if m is None:
+                break
+            hit = m.start()
+            ls = rfind(b"\n", pos, hit) + 1 or pos
+            le = find(b"\n", hit)
+            if le < 0:
+                le = n
+            out[ls] = le
+            pos = le + 1
+        return out
+
+    @staticmethod
+    def _literal_lines(data: bytes, lit: bytes) -> dict[int, int]:
+        out: dict[int, int] = {}
+        find, rfind, n, pos = data.find, data.rfind, len(data), 0
+        while True:
+            hit = find(lit, pos)
+            if hit < 0:
+                return out
+            ls = rfind(b"\n", pos, hit) + 1 or pos
+            le = find(b"\n", hit)
+            if le < 0:
+                le = n
+            out[ls] = le
+            pos = le + 1
+
+    def scan(self, data: bytes, first_line_no: int = 1) -> Iterator[tuple[int, str, bool]]:
+        """(line number, decoded text, may_be_root) for the lines of ``data`` that can matter, in
+        order. ``may_be_root`` is False for a line with no catalog literal (``root_hit`` → None)."""
         if b"\x00" in data or self._has_long_line(data):
             parts = data.split(b"\n")
             if parts and parts[-1] == b"":
                 parts.pop()
             for i, raw in enumerate(parts):
-                yield first_line_no + i, decode_line(cap_bytes(raw, 4 * LINE_CAP))
+                yield first_line_no + i, decode_line(cap_bytes(raw, 4 * LINE_CAP)), True
             return
-        search, find, count = self.gate.search, data.find, data.count
-        n = len(data)
-        pos = 0
-        line_no = first_line_no
-        while pos < n:
-            m = search(data, pos)
-            if m is None:
-                return
-            hit = m.start()
-            i = data.rfind(b"\n", pos, hit)
-            ls = i + 1 if i >= 0 else pos
+        roots = self._catalog_lines(data)
+        cand = dict(roots)
+        for lit in PROGRESS_LITERALS:
+            cand.update(self._literal_lines(data, lit.encode()))
+        count = data.count
+        pos, line_no = 0, first_line_no
+        for ls in sorted(cand) if len(cand) > 1 else cand:
+            le = cand[ls]
             line_no += count(b"\n", pos, ls)
-            le = find(b"\n", hit)
-            if le < 0:
-                le = n
-            yield line_no, decode_line(data[ls:le])
+            yield line_no, decode_line(data[ls:le]), ls in roots
             line_no += 1
             pos = le + 1
+
+    def lines(self, data: bytes, first_line_no: int = 1) -> Iterator[tuple[int, str]]:
+        """(line number, decoded text) of the lines of ``data`` that can matter, in order."""
+        for n, text, _ in self.scan(data, first_line_no):
+            yield n, text
 
 
 @functools.lru_cache(maxsize=1)

@@ -6,13 +6,66 @@ from __future__ import annotations
 
 import random
 from dataclasses import asdict
+from datetime import UTC
 from pathlib import Path
 
 import pytest
 
 from revive.logline import LINE_CAP
+from revive.progress import parse_attempt, parse_checkpoint, parse_progress
 from revive.tail import Follower
-from worker.detect import AttemptTracker, ChunkScanner, default_scanner, root_hit
+from worker.detect import MAX_STEP_INTERVAL_S, AttemptTracker, ChunkScanner, default_scanner, root_hit
+
+
+class RefTracker(AttemptTracker):
+    """``AttemptTracker.feed`` as it was before the fast path (every parser on every line)."""
+
+    def feed(self, text: str, now: float) -> None:
+        """Update progress state from one line (attempt markers, progress, checkpoints)."""
+        a = parse_attempt(text)
+        if a is not None:
+            if not self.attempt_seen or a != self.attempt:
+                self.new_attempt(a)
+            return
+        ck = parse_checkpoint(text)
+        if ck:
+            kind, it = ck
+            if kind == "saving":
+                self.saving_since_mono = now
+            elif kind == "saved":
+                self.checkpoint = it
+                if self.saving_since_mono is not None:
+                    self.paused_s += now - self.saving_since_mono
+                    self.saving_since_mono = None
+            elif kind == "resumed":
+                self.checkpoint = it
+            return
+        p = parse_progress(text)
+        if p is None:
+            return
+        if p.rank is not None:
+            self.last_by_rank[f"rank {p.rank}"] = text[:1024]
+            if p.rank == min(int(k.split()[1]) for k in self.last_by_rank) and p.step_ms is not None:
+                self.step_ms.append(p.step_ms)
+                if len(self.step_ms) > 2000:
+                    del self.step_ms[20:1020]  # keep the baseline (head) and the recent steps
+        ts = p.timestamp
+        if ts is not None and ts.tzinfo is None:  # ranks may mix naive and zoned stamps
+            ts = ts.replace(tzinfo=UTC)
+        if self.last_iteration is None or p.iteration > self.last_iteration:
+            if ts and self._prev_ts and ts > self._prev_ts:
+                gap = (ts - self._prev_ts).total_seconds()
+                if gap <= MAX_STEP_INTERVAL_S:
+                    self.step_intervals.append(gap)
+                    self.step_intervals = self.step_intervals[-200:]
+            if ts:
+                self._prev_ts = ts
+            self.last_iteration = p.iteration
+            self.last_progress_ts = p.timestamp
+        if self.first_progress_mono is None:
+            self.first_progress_mono = now
+        self.last_progress_mono = now
+        self.paused_s = 0.0
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 LOGS = sorted(p for p in DATA.rglob("*.log") if p.stat().st_size < 2_000_000)
@@ -32,7 +85,7 @@ EDGE = (
 
 def _per_line(chunks: list[bytes], path: Path) -> tuple[list, dict]:
     path.write_bytes(b"")
-    f, t, hits = Follower(), AttemptTracker(), []
+    f, t, hits = Follower(), RefTracker(), []
     for i, c in enumerate(chunks):
         with path.open("ab") as fh:
             fh.write(c)
@@ -41,7 +94,13 @@ def _per_line(chunks: list[bytes], path: Path) -> tuple[list, dict]:
             h = root_hit(n, text)
             if h:
                 hits.append((h.line_no, h.signature_id, h.text, t.attempt))
-    return hits, asdict(t)
+    return hits, _state(t)
+
+
+def _state(t: AttemptTracker) -> dict:
+    d = asdict(t)
+    d.pop("_min_rank")
+    return d
 
 
 def _chunked(chunks: list[bytes], path: Path, sc: ChunkScanner) -> tuple[list, dict]:
@@ -53,12 +112,12 @@ def _chunked(chunks: list[bytes], path: Path, sc: ChunkScanner) -> tuple[list, d
         got = f.read_chunk(str(path))
         if got is None:
             continue
-        for n, text in sc.lines(got[1], got[0]):
+        for n, text, may_be_root in sc.scan(got[1], got[0]):
             t.feed(text, float(i))
-            h = root_hit(n, text)
+            h = root_hit(n, text) if may_be_root else None
             if h:
                 hits.append((h.line_no, h.signature_id, h.text, t.attempt))
-    return hits, asdict(t)
+    return hits, _state(t)
 
 
 def _split(data: bytes, rnd: random.Random) -> list[bytes]:
@@ -89,3 +148,48 @@ def test_chunk_scan_equals_per_line_on_edge_cases(tmp_path):
 def test_scanner_skips_lines_that_change_nothing():
     data = b"plain noise\n" * 1000 + b"[rank1]: RuntimeError: CUDA error: unknown error\n" + b"more noise\n" * 10
     assert [n for n, _ in default_scanner().lines(data, 1)] == [1001]
+
+
+def _progress_mix(seed: int) -> bytes:
+    """Ranks appearing out of order, iterations going back, naive and zoned stamps, Megatron lines,
+    checkpoints, attempts, clock jumps, noise."""
+    rnd = random.Random(seed)
+    out = []
+    it = 0
+    for _ in range(3000):
+        r = rnd.random()
+        it += rnd.choice((0, 0, 1, 1, 1, -2))
+        rank = rnd.choice((3, 2, 1, 0, 5)) if it < 20 else rnd.randrange(8)
+        sec = max(it, 0) % 60
+        zone = rnd.choice(("+00:00", "Z", ""))
+        year = "9999" if rnd.random() < 0.002 else "2026"
+        if r < 0.6:
+            step = rnd.choice((f"{20 + rnd.random():.1f}", f"{30 + rnd.random():.1f}"))
+            out.append(f"{year}-11-29T00:{it % 60:02d}:{sec:02d}.5{zone} [rank {rank} host n{rank}] iteration {it}/99 "
+                       f"| loss 1 | compute_ms 3 | step_time_ms {step}")
+        elif r < 0.65:
+            out.append(f"2026-11-29T00:00:{sec:02d} [rank {rank} host n1] iteration {it}/99 | loss 1")
+        elif r < 0.7:
+            out.append(f" iteration      {it}/     500 | consumed samples: 12 | elapsed time per iteration (ms): 812.3 |")
+        elif r < 0.73:
+            out.append(f"2026-11-29T00:00:{sec:02d}+00:00 [rank 0 host n1] "
+                       f"{rnd.choice(('saving', 'saved', 'resumed from'))} checkpoint at iteration {it}")
+        elif r < 0.735:
+            out.append(f"=== attempt restart={rnd.randrange(3)} 2026-11-29T00:00:00+00:00")
+        elif r < 0.74:
+            out.append("[rank1]: RuntimeError: CUDA error: unknown error")
+        elif r < 0.75:
+            out.append("iteration checkpoint 5/7 no progress")
+        else:
+            out.append(rnd.choice(("noise", "NCCL INFO x", "epoch 3 iteration", "x\r", "")))
+    return ("\n".join(out) + "\n").encode()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_fast_feed_equals_the_parsers_on_progress_mixes(seed, tmp_path):
+    data = _progress_mix(seed)
+    rnd = random.Random(seed)
+    for chunks in ([data], _split(data, rnd)):
+        a = _per_line(chunks, tmp_path / "a.log")
+        b = _chunked(chunks, tmp_path / "b.log", default_scanner())
+        assert a == b
