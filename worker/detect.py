@@ -279,7 +279,11 @@ class ChunkScanner:
         for ls in sorted(cand) if len(cand) > 1 else cand:
             le = cand[ls]
             line_no += count(b"\n", pos, ls)
-            yield line_no, decode_line(data[ls:le]), ls in roots
+            # what decode_line does, for a line with no NUL and at most LINE_CAP bytes (no cap)
+            text = data[ls:le].decode("utf-8", "replace")
+            if text.endswith("\r"):
+                text = text.rstrip("\r")
+            yield line_no, text, ls in roots
             line_no += 1
             pos = le + 1
 
