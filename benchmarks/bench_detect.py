@@ -2,8 +2,9 @@
 
 Writes a generated multi-rank log (progress lines, NCCL INFO chatter, a few warnings) to a temp
 file and runs the monitor's path over it: ``Follower.read_chunk`` (8 MiB reads), the chunk scan
-(``worker.detect.ChunkScanner``: the catalog's literal gate over the whole buffer, Python only for
-lines with a literal or a progress marker), ``AttemptTracker.feed`` and ``root_hit``. Then times
+(``worker.detect.ChunkScanner.feed``: the catalog's literal gate over the whole buffer, ``root_hit``
+only for lines with a literal, runs of demo-format progress lines matched by one bytes regex and
+fed in bulk to ``AttemptTracker.feed_progress``, ``AttemptTracker.feed`` for the other lines). Then times
 ``LC_ALL=C grep -c -F -f <the catalog's prefilter literals>`` over the same file. Prints
 
     BENCH detect lines_per_s=<x> mb_per_s=<y> grep_mb_per_s=<z> ratio=<y/z> lines=<n>
@@ -58,9 +59,8 @@ def monitor_path(path: str) -> tuple[int, int, float]:
             break
         first, data = got
         n = first - 1 + data.count(b"\n")
-        for line_no, text, may_be_root in sc.scan(data, first):
-            tr.feed(text, 0.0)
-            if may_be_root and root_hit(line_no, text):
+        for line_no, text in sc.feed(tr, data, first, 0.0):  # as Monitor._follow
+            if root_hit(line_no, text):
                 hits += 1
     return n, hits, time.perf_counter() - t
 

@@ -133,6 +133,50 @@ class AttemptTracker:
         self.last_progress_mono = now
         self.paused_s = 0.0
 
+    def feed_progress(self, found: list[tuple[bytes, bytes, bytes, bytes, bytes]], now: float) -> None:
+        """``feed`` for a run of demo-format progress lines, all at ``now``, already matched:
+        (line, rank, iteration, compute_ms, step_time_ms) bytes per line (``ChunkScanner``)."""
+        last: dict[int, bytes] = {}
+        mr = self._min_rank
+        step_ms = self.step_ms
+        seen = False
+        try:
+            for line, rank_b, it_b, comp, step_b in found:
+                iteration, rank = int(it_b), int(rank_b)
+                step = float(step_b) if step_b else None
+                if comp:
+                    float(comp)  # as feed: a malformed number raises before the line changes anything
+                last[rank] = line
+                if mr is None or rank < mr:
+                    mr = self._min_rank = rank
+                if rank == mr and step is not None:
+                    step_ms.append(step)
+                    if len(step_ms) > 2000:
+                        del step_ms[20:1020]
+                if self.last_iteration is None or iteration > self.last_iteration:
+                    raw_ts = parse_ts(line.decode("ascii"))
+                    ts = raw_ts
+                    if ts is not None and ts.tzinfo is None:
+                        ts = ts.replace(tzinfo=UTC)
+                    if ts and self._prev_ts and ts > self._prev_ts:
+                        gap = (ts - self._prev_ts).total_seconds()
+                        if gap <= MAX_STEP_INTERVAL_S:
+                            self.step_intervals.append(gap)
+                            self.step_intervals = self.step_intervals[-200:]
+                    if ts:
+                        self._prev_ts = ts
+                    self.last_iteration = iteration
+                    self.last_progress_ts = raw_ts
+                seen = True
+        finally:
+            for rank, line in last.items():
+                self.last_by_rank[f"rank {rank}"] = line.decode("ascii")[:1024]
+            if seen:
+                if self.first_progress_mono is None:
+                    self.first_progress_mono = now
+                self.last_progress_mono = now
+                self.paused_s = 0.0
+
     def threshold_s(self) -> float:
         """max(k × median step interval, floor), in seconds."""
         med = statistics.median(self.step_intervals) if self.step_intervals else 0.0
@@ -187,6 +231,13 @@ PROGRESS_LITERALS = ("iteration", "=== attempt restart=")
 and progress lines all do); a line with none of them and no catalog literal changes nothing."""
 
 _LONG_BLOCK = LINE_CAP // 2
+_PRINTABLE = bytes([9, 10, *range(0x20, 0x7F)])
+_PROGRESS_B = re.compile(
+    rb"(?m)^((?:\d{4}-\d\d-\d\dT[\d:.]+(?:[+-]\d\d:\d\d|Z)?)[ \t]+\[rank (\d+) host [^\]\s]+\][ \t]+"
+    rb"iteration (\d+)/\d+(?:.*?compute_ms ([\d.]+))?(?:.*?step_time_ms ([\d.]+))?.*)")
+"""``revive.progress.PROGRESS_RE`` over bytes, one match per line (whole line, rank, iteration,
+compute_ms, step_time_ms). On printable ASCII (and tab) it matches exactly where the str pattern
+does: there ``\\s`` within a line is ``[ \\t]``."""
 
 
 class ChunkScanner:
@@ -246,19 +297,71 @@ class ChunkScanner:
         return out
 
     @staticmethod
-    def _literal_lines(data: bytes, lit: bytes) -> dict[int, int]:
+    def _literal_lines(data: bytes, lit: bytes, start: int = 0, end: int | None = None) -> dict[int, int]:
+        """Line start → line end of every line of ``data[start:end]`` containing ``lit`` (``start``
+        is a line start; ``end`` a line end or the buffer's end)."""
         out: dict[int, int] = {}
-        find, rfind, n, pos = data.find, data.rfind, len(data), 0
+        n = len(data) if end is None else end
+        find, rfind, pos = data.find, data.rfind, start
         while True:
-            hit = find(lit, pos)
+            hit = find(lit, pos, n)
             if hit < 0:
                 return out
             ls = rfind(b"\n", pos, hit) + 1 or pos
-            le = find(b"\n", hit)
+            le = find(b"\n", hit, n)
             if le < 0:
                 le = n
             out[ls] = le
             pos = le + 1
+
+    @staticmethod
+    def _text(data: bytes, ls: int, le: int) -> str:
+        # what decode_line does, for a line with no NUL and at most LINE_CAP bytes (no cap)
+        text = data[ls:le].decode("utf-8", "replace")
+        return text.rstrip("\r") if text.endswith("\r") else text
+
+    def feed(self, t: AttemptTracker, data: bytes, first_line_no: int, now: float) -> Iterator[tuple[int, str]]:
+        """Feed ``t`` every line of ``data`` (whole lines) and yield, in order, (line number,
+        text) of each line that may open an incident (has a catalog literal), right after feeding
+        it: the same as ``t.feed`` on every line and ``root_hit`` on each. Runs of demo-format
+        progress lines between such lines are fed in bulk (``AttemptTracker.feed_progress``)."""
+        if b"\x00" in data or self._has_long_line(data):
+            for n, text, _ in self.scan(data, first_line_no):
+                t.feed(text, now)
+                yield n, text
+            return
+        roots = self._catalog_lines(data)
+        special = dict(roots)
+        special.update(self._literal_lines(data, b"=== attempt restart="))
+        special.update(self._literal_lines(data, b"checkpoint at iteration"))
+        count = data.count
+        pos, line_no = 0, first_line_no
+        for ls in sorted(special) if len(special) > 1 else special:
+            le = special[ls]
+            if ls > pos:
+                self._feed_run(t, data, pos, ls, now)
+            line_no += count(b"\n", pos, ls)
+            text = self._text(data, ls, le)
+            t.feed(text, now)
+            if ls in roots:
+                yield line_no, text
+            line_no += 1
+            pos = le + 1
+        if pos < len(data):
+            self._feed_run(t, data, pos, len(data), now)
+
+    def _feed_run(self, t: AttemptTracker, data: bytes, a: int, b: int, now: float) -> None:
+        """Feed the lines of ``data[a:b]`` (no catalog literal, attempt marker or checkpoint)."""
+        k = data.count(b"iteration", a, b)
+        if k == 0:
+            return
+        if not data[a:b].translate(None, _PRINTABLE):  # printable ASCII only: bytes regex == str regex
+            found = _PROGRESS_B.findall(data, a, b)
+            if len(found) == k:  # every line with "iteration" is a demo progress line
+                t.feed_progress(found, now)
+                return
+        for ls, le in self._literal_lines(data, b"iteration", a, b).items():
+            t.feed(self._text(data, ls, le), now)
 
     def scan(self, data: bytes, first_line_no: int = 1) -> Iterator[tuple[int, str, bool]]:
         """(line number, decoded text, may_be_root) for the lines of ``data`` that can matter, in
@@ -279,11 +382,7 @@ class ChunkScanner:
         for ls in sorted(cand) if len(cand) > 1 else cand:
             le = cand[ls]
             line_no += count(b"\n", pos, ls)
-            # what decode_line does, for a line with no NUL and at most LINE_CAP bytes (no cap)
-            text = data[ls:le].decode("utf-8", "replace")
-            if text.endswith("\r"):
-                text = text.rstrip("\r")
-            yield line_no, text, ls in roots
+            yield line_no, self._text(data, ls, le), ls in roots
             line_no += 1
             pos = le + 1
 

@@ -210,10 +210,9 @@ class Monitor:
         t = w.tracker
         got = self.follower.read_chunk(j.std_out) if j.std_out else None
         if got is not None and j.std_out:
-            for line_no, text, may_be_root in self.scanner.scan(got[1], got[0]):
-                t.feed(text, now)
-                if not may_be_root or (t.attempt_seen and t.attempt < j.restart_count):
-                    continue  # no catalog literal; or a line of an earlier attempt (never opens one)
+            for line_no, text in self.scanner.feed(t, got[1], got[0], now):  # feeds t every line
+                if t.attempt_seen and t.attempt < j.restart_count:
+                    continue  # lines of an earlier attempt never open an incident
                 hit = root_hit(line_no, text)
                 if hit:
                     await self._trigger(w, j, Trigger(

@@ -112,6 +112,23 @@ def _chunked(chunks: list[bytes], path: Path, sc: ChunkScanner) -> tuple[list, d
         got = f.read_chunk(str(path))
         if got is None:
             continue
+        for n, text in sc.feed(t, got[1], got[0], float(i)):
+            h = root_hit(n, text)
+            if h:
+                hits.append((h.line_no, h.signature_id, h.text, t.attempt))
+    return hits, _state(t)
+
+
+def _scanned(chunks: list[bytes], path: Path, sc: ChunkScanner) -> tuple[list, dict]:
+    """``scan`` (line selection only) + ``feed`` per selected line."""
+    path.write_bytes(b"")
+    f, t, hits = Follower(), AttemptTracker(), []
+    for i, c in enumerate(chunks):
+        with path.open("ab") as fh:
+            fh.write(c)
+        got = f.read_chunk(str(path))
+        if got is None:
+            continue
         for n, text, may_be_root in sc.scan(got[1], got[0]):
             t.feed(text, float(i))
             h = root_hit(n, text) if may_be_root else None
@@ -133,6 +150,7 @@ def test_chunk_scan_equals_per_line_on_the_corpus(log, tmp_path):
         a = _per_line(chunks, tmp_path / "a.log")
         b = _chunked(chunks, tmp_path / "b.log", default_scanner())
         assert a == b
+        assert _scanned(chunks, tmp_path / "c.log", default_scanner()) == a
 
 
 def test_chunk_scan_equals_per_line_on_edge_cases(tmp_path):
@@ -141,6 +159,7 @@ def test_chunk_scan_equals_per_line_on_edge_cases(tmp_path):
         a = _per_line(chunks, tmp_path / "a.log")
         b = _chunked(chunks, tmp_path / "b.log", default_scanner())
         assert a == b
+        assert _scanned(chunks, tmp_path / "c.log", default_scanner()) == a
     hits, _ = _per_line([EDGE], tmp_path / "c.log")
     assert hits  # the edge cases do open incidents
 
@@ -193,3 +212,20 @@ def test_fast_feed_equals_the_parsers_on_progress_mixes(seed, tmp_path):
         a = _per_line(chunks, tmp_path / "a.log")
         b = _chunked(chunks, tmp_path / "b.log", default_scanner())
         assert a == b
+        assert _scanned(chunks, tmp_path / "c.log", default_scanner()) == a
+
+
+def test_runs_of_demo_progress_lines_take_the_bulk_path(tmp_path, monkeypatch):
+    calls = []
+    real = AttemptTracker.feed_progress
+
+    def spy(self, found, now):
+        calls.append(len(found))
+        return real(self, found, now)
+
+    monkeypatch.setattr(AttemptTracker, "feed_progress", spy)
+    data = _progress_mix(0)
+    b = _chunked([data], tmp_path / "b.log", default_scanner())
+    assert sum(calls) > 200  # many demo lines went through feed_progress …
+    a = _per_line([data], tmp_path / "a.log")
+    assert a == b  # … with the same result
