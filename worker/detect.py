@@ -59,6 +59,8 @@ class AttemptTracker:
     _prev_ts: datetime | None = None
     _min_rank: int | None = None
     """The lowest rank in ``last_by_rank`` (kept instead of recomputed per line)."""
+    _baseline: tuple[list[float], float] | None = None
+    """Cached median of the step-time baseline (``slowed``)."""
 
     def new_attempt(self, n: int) -> None:
         keep_ckpt = self.checkpoint
@@ -196,11 +198,18 @@ class AttemptTracker:
         s = self.step_ms
         if len(s) < 2 + baseline_n + n:
             return False
-        base = statistics.median(s[2:2 + baseline_n])
+        head = s[2:2 + baseline_n]
+        if self._baseline is None or self._baseline[0] != head:  # the head never changes within an attempt
+            self._baseline = (head, statistics.median(head))
+        base = self._baseline[1]
         return base > 0 and all(x >= base * (1 + pct / 100) for x in s[-n:])
 
     def hung(self, now: float) -> bool:
-        return self.first_progress_mono is not None and self.silent_for(now) > self.threshold_s()
+        if self.first_progress_mono is None:
+            return False
+        silent = self.silent_for(now)
+        # the threshold is never below the floor: no median needed while silent ≤ floor (every pass, every job)
+        return silent > self.floor_s and silent > self.threshold_s()
 
 
 def root_hit(line_no: int, text: str) -> LineHit | None:

@@ -191,7 +191,7 @@ class Monitor:
                 self.watches.pop(job_id)
                 continue
             await self._follow(w, j, now)
-        if self._last_save is None or now - self._last_save >= 1.0:  # a cache: once a second is plenty
+        if self._last_save is None or now - self._last_save >= 5.0:  # a cache (re-reads are deduped): every 5 s
             self._last_save = now
             self.follower.save()
         if now - self._last_watchdog > 10 and (self.shard is None or self.shard[0] == 0):

@@ -100,6 +100,7 @@ def _per_line(chunks: list[bytes], path: Path) -> tuple[list, dict]:
 def _state(t: AttemptTracker) -> dict:
     d = asdict(t)
     d.pop("_min_rank")
+    d.pop("_baseline")
     return d
 
 
