@@ -195,6 +195,8 @@ async def run(args: argparse.Namespace) -> int:
         await real_poll()
         passes.append(time.perf_counter() - t)
         pass_cpu.append(time.process_time() - c)
+        if args.verbose:
+            print(f"pass {len(passes)} wall {passes[-1]:.3f} cpu {pass_cpu[-1]:.3f}", file=sys.stderr)
 
     mon.poll_once = timed_poll  # type: ignore[method-assign]
 
@@ -261,6 +263,7 @@ def main() -> int:
     ap.add_argument("--jobs-poll-s", type=float, default=5.0)
     ap.add_argument("--poll-s", type=float, default=0.5)
     ap.add_argument("--seed", type=int, default=13)
+    ap.add_argument("--verbose", action="store_true", help="print each pass's wall and CPU time (stderr)")
     ap.add_argument("--profile", action="store_true", help="cProfile the monitor (stderr)")
     ap.add_argument("--dir", default=None, help="where the logs go (default: the system temp dir)")
     ap.add_argument("--deep-copy", action="store_true", help="the stock FakeScheduler (deep-copies every record)")

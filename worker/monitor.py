@@ -149,14 +149,17 @@ class Monitor:
     async def run(self, stop: asyncio.Event) -> None:
         interval = min(self.cfg.logs.poll_interval_s, 0.5)
         while not stop.is_set():
+            t0 = time.monotonic()
             try:
                 await self.poll_once()
             except SchedulerError as e:
                 log.warning("scheduler unavailable, retrying: %s", e)
             except Exception:
                 log.exception("monitor pass failed; continuing")
+            # a pass starts every `interval` s; a pass longer than that is followed by a short breath only
+            wait = max(interval - (time.monotonic() - t0), 0.05)
             try:
-                await asyncio.wait_for(stop.wait(), timeout=interval)
+                await asyncio.wait_for(stop.wait(), timeout=wait)
             except TimeoutError:
                 pass
         self.follower.save()
