@@ -182,6 +182,10 @@ async def stages(client, handles, spans: dict[str, list[float]]) -> None:
     await bounded(8, [one(h) for h in handles])
 
 
+def note(msg: str) -> None:
+    print(f"[bench_incidents {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
 async def run(args: argparse.Namespace) -> int:
     from temporalio.contrib.pydantic import pydantic_data_converter
     from temporalio.testing import WorkflowEnvironment
@@ -223,8 +227,10 @@ async def run(args: argparse.Namespace) -> int:
                 states = await bounded(32, [state_of(h) for h in pending])
                 pending = [h for h, s in zip(pending, states, strict=True) if s != "awaiting_approval"]
                 if pending:
-                    await asyncio.sleep(0.2)
+                    note(f"observe: {len(handles) - len(pending)}/{len(handles)} parked")
+                    await asyncio.sleep(1.0)
             parked_s = time.perf_counter() - t
+            note(f"observe: {len(handles)} started in {start_s:.1f} s, parked in {parked_s:.1f} s")
             if pending:
                 ok = False
                 print(f"BENCH incidents: {len(pending)} observe incidents never reached awaiting_approval",
@@ -241,6 +247,7 @@ async def run(args: argparse.Namespace) -> int:
             results = await asyncio.wait_for(asyncio.gather(*(h.result() for h in handles), return_exceptions=True),
                                              args.timeout)
             closed_s = time.perf_counter() - t
+            note(f"auto: {len(handles)} closed in {closed_s:.1f} s")
             outcomes: dict[str, int] = {}
             for r in results:
                 o = str(getattr(r, "outcome", type(r).__name__))
@@ -264,11 +271,13 @@ async def run(args: argparse.Namespace) -> int:
                     break
                 await asyncio.sleep(0.1)
             base_bytes, base_events = await size_of(h)
+            note("storm: incident parked, signalling")
             text = ("[rank1]:[E1201 10:00:00.000000 ProcessGroupNCCL.cpp:1576] [PG 0 Rank 1] NCCL error: remote "
                     "process exited or there was a network error, NCCL version 2.21.5 (repeat)")[:200].ljust(200, ".")
             t = time.perf_counter()
             await bounded(64, [h.signal("add_trigger", f"{k:05d} {text}") for k in range(args.storm)])
             storm_s = time.perf_counter() - t
+            note(f"storm: {args.storm} signals in {storm_s:.1f} s")
             await asyncio.sleep(1.0)
             st = await h.query("status")
             storm_bytes, storm_events = await size_of(h)
