@@ -125,7 +125,8 @@ class AttemptTracker:
                 gap = (ts - self._prev_ts).total_seconds()
                 if gap <= MAX_STEP_INTERVAL_S:
                     self.step_intervals.append(gap)
-                    self.step_intervals = self.step_intervals[-200:]
+                    if len(self.step_intervals) > 200:
+                        del self.step_intervals[:-200]
             if ts:
                 self._prev_ts = ts
             self.last_iteration = iteration
@@ -164,7 +165,8 @@ class AttemptTracker:
                         gap = (ts - self._prev_ts).total_seconds()
                         if gap <= MAX_STEP_INTERVAL_S:
                             self.step_intervals.append(gap)
-                            self.step_intervals = self.step_intervals[-200:]
+                            if len(self.step_intervals) > 200:
+                                del self.step_intervals[:-200]
                     if ts:
                         self._prev_ts = ts
                     self.last_iteration = iteration
