@@ -127,7 +127,7 @@ def bench_scheduler(jobs: list) -> object:
     from revive.scheduler.fake import FakeScheduler
 
     class BenchScheduler(FakeScheduler):
-        async def list_jobs(self):  # type: ignore[override]
+        async def list_jobs(self) -> list:
             self._check()
             return list(self.jobs.values())
 
