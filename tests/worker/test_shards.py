@@ -76,7 +76,7 @@ def _cluster(tmp: Path, n: int, fault: bool = False) -> tuple[FakeScheduler, Clu
 
 async def test_two_shards_watch_every_job_exactly_once(tmp_path):
     sched, cfg = _cluster(tmp_path, 200)
-    mons = [Monitor(cfg, RecoveryPolicy(), _Client(), sched, shard=(i, 2)) for i in range(2)]  # type: ignore[arg-type]
+    mons = [Monitor(cfg, RecoveryPolicy(), _Client(), sched, shard=(i, 2)) for i in range(2)]
     for m in mons:
         await m.poll_once()
     a, b = set(mons[0].watches), set(mons[1].watches)
@@ -85,7 +85,7 @@ async def test_two_shards_watch_every_job_exactly_once(tmp_path):
     # a shard keeps its own offsets cache
     assert mons[0].follower.offsets_file != mons[1].follower.offsets_file
     with pytest.raises(ValueError):
-        Monitor(cfg, RecoveryPolicy(), _Client(), sched, shard=(2, 2))  # type: ignore[arg-type]
+        Monitor(cfg, RecoveryPolicy(), _Client(), sched, shard=(2, 2))
 
 
 async def test_jobs_poll_s_lists_jobs_less_often_than_logs_are_followed(tmp_path):
@@ -98,9 +98,9 @@ async def test_jobs_poll_s_lists_jobs_less_often_than_logs_are_followed(tmp_path
         calls += 1
         return await real()
 
-    sched.list_jobs = counting  # type: ignore[method-assign]
+    sched.list_jobs = counting
     client = _Client()
-    m = Monitor(cfg, RecoveryPolicy(), client, sched, jobs_poll_s=3600)  # type: ignore[arg-type]
+    m = Monitor(cfg, RecoveryPolicy(), client, sched, jobs_poll_s=3600)
     await m.poll_once()
     first = calls  # the job list (and the fail-open watchdog's own read)
     with open(sched.jobs["2"].std_out or "", "a") as f:
