@@ -119,14 +119,20 @@ def monitor(
     ui: Annotated[str | None, typer.Option(help="Web UI base URL for incident links")] = None,
     metrics_port: MetricsPortOpt = None,
     metrics_addr: MetricsAddrOpt = "0.0.0.0",
+    shard: Annotated[str | None, typer.Option(help="i/n: watch only shard i of n of the jobs (stable hash)")] = None,
+    jobs_poll_s: Annotated[float | None, typer.Option(help="seconds between job-list polls (default: every pass)")] = None,
 ) -> None:
     """Watch opted-in jobs and open incidents."""
     from revive.policy import load_policy
-    from worker.monitor import run_monitor
+    from worker.monitor import parse_shard, run_monitor
 
+    try:
+        sh = parse_shard(shard) if shard else None
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--shard") from None
     cfg, pol = _cfg(config), load_policy(policy)
     _serve_metrics(metrics_port, metrics_addr)
-    _run(run_monitor(cfg, pol, policy_path=policy, ui_base=ui))
+    _run(run_monitor(cfg, pol, policy_path=policy, ui_base=ui, shard=sh, jobs_poll_s=jobs_poll_s))
 
 
 @app.command()

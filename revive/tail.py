@@ -54,32 +54,53 @@ class Follower:
 
     def read_new(self, path: str) -> list[tuple[int, str]]:
         """New complete lines of ``path`` as (1-based line number, text). Missing file → []."""
-        st = self.states.setdefault(path, TailState(path=path))
-        try:
-            s = os.stat(path)
-        except OSError:
+        got = self.read_chunk(path)
+        if got is None:
             return []
+        first, data = got
+        parts = data.split(b"\n")
+        parts.pop()  # the chunk ends with a newline
+        return [(first + i, decode_line(cap_bytes(raw, 4 * LINE_CAP))) for i, raw in enumerate(parts)]
+
+    def read_chunk(self, path: str, st_hint: os.stat_result | None = None) -> tuple[int, bytes] | None:
+        """New complete lines of ``path`` as one buffer: (line number of its first line, bytes
+        ending with a newline), or None when nothing complete arrived (or the file is missing).
+        Lines are raw: callers decode and cap them (``revive.logline``) as ``read_new`` does.
+        ``st_hint``: a fresh ``os.stat`` of ``path`` the caller already has (saves the syscall)."""
+        st = self.states.get(path)
+        if st is None:
+            st = self.states[path] = TailState(path=path)
+        try:
+            s = st_hint if st_hint is not None else os.stat(path)
+        except OSError:
+            return None
         if s.st_ino != st.inode or s.st_size < st.offset:
             st.inode, st.offset, st.partial, st.line_no = s.st_ino, 0, b"", 0
         if s.st_size == st.offset:
-            return []
-        try:
-            with open(path, "rb") as f:
-                f.seek(st.offset)
-                data = f.read(min(MAX_READ, s.st_size - st.offset))
+            return None
+        try:  # os.pread: no Python file object per read (the monitor reads thousands of logs a pass)
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                data = os.pread(fd, min(MAX_READ, s.st_size - st.offset), st.offset)
+            finally:
+                os.close(fd)
         except OSError:
-            return []
+            return None
+        if not data:
+            return None
         st.offset += len(data)
-        data = st.partial + data
-        parts = data.split(b"\n")
-        st.partial = parts.pop()
+        if st.partial:
+            data = st.partial + data
+        cut = data.rfind(b"\n") + 1
+        st.partial = data[cut:]
         if len(st.partial) > LINE_CAP * 4:  # a huge line without newline: keep its head and its tail
             st.partial = cap_bytes(st.partial, LINE_CAP * 2)
-        out = []
-        for raw in parts:
-            st.line_no += 1
-            out.append((st.line_no, decode_line(cap_bytes(raw, 4 * LINE_CAP))))
-        return out
+        if cut == 0:
+            return None
+        chunk = data[:cut] if cut < len(data) else data
+        first = st.line_no + 1
+        st.line_no += chunk.count(b"\n")
+        return first, chunk
 
     def save(self) -> None:
         if not self.offsets_file:

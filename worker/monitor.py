@@ -12,11 +12,18 @@ Incident id = cluster + job id + the SubmitTime first seen for the job (Slurm 22
 requeue, and job ids restart at 1 on a fresh cluster) + attempt + fault family. One incident per
 attempt: later triggers of the same attempt are sent to it as ``add_trigger`` signals; lines from
 earlier attempts never open one; 10 000 repeats of a fault make one incident.
+
+Scale (issue #13): ``shard=(i, n)`` watches only the jobs whose stable hash (sha256 of cluster and
+job id) is ``i`` modulo ``n``, so ``n`` monitors split a cluster's jobs with no overlap (and the
+incident's workflow id dedupes anything that slips through, e.g. while re-sharding). The job list
+can be polled less often than the logs (``jobs_poll_s``); each log's new bytes are scanned as one
+chunk (``worker.detect.ChunkScanner``) and only the lines that can matter reach Python.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import time
@@ -33,6 +40,7 @@ from temporalio.common import (
 )
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
+from revive import metrics as rm
 from revive import search_attributes as sa
 from revive.config import ClusterConfig
 from revive.errors import ReviveError, SchedulerError
@@ -52,7 +60,7 @@ from revive.policy import RecoveryPolicy
 from revive.scheduler.base import Scheduler
 from revive.site import LocalLogs, LogReader, build_site
 from revive.tail import Follower
-from worker.detect import AttemptTracker, fault_family, root_hit
+from worker.detect import AttemptTracker, default_scanner, fault_family, root_hit
 
 log = logging.getLogger("revive.monitor")
 
@@ -69,6 +77,29 @@ def opted_in(job: JobRecord, cfg: ClusterConfig, policy: RecoveryPolicy) -> bool
             return False
         return isinstance(data, dict) and policy.opt_in.comment_key in data
     return False
+
+
+def shard_of(cluster: str, job_id: str, n: int) -> int:
+    """The shard (0 … n-1) a job belongs to: sha256 of ``cluster`` and ``job_id``, stable across
+    processes, hosts and Python versions (unlike ``hash()``)."""
+    d = hashlib.sha256(f"{cluster}\x00{job_id}".encode()).digest()
+    return int.from_bytes(d[:8], "big") % n
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``"i/n"`` → ``(i, n)`` with 0 ≤ i < n (``revive monitor --shard 0/2``). ValueError otherwise."""
+    i_s, sep, n_s = text.strip().partition("/")
+    if not sep:
+        raise ValueError(f"shard {text!r}: expected i/n, e.g. 0/2 (this monitor is shard i of n)")
+    try:
+        i, n = int(i_s), int(n_s)
+    except ValueError:
+        raise ValueError(f"shard {text!r}: i and n must be integers, e.g. 0/2") from None
+    if n < 1:
+        raise ValueError(f"shard {text!r}: n must be at least 1")
+    if not 0 <= i < n:
+        raise ValueError(f"shard {text!r}: i must be between 0 and n-1 ({n - 1})")
+    return i, n
 
 
 @dataclass
@@ -88,15 +119,27 @@ class Monitor:
 
     def __init__(self, cfg: ClusterConfig, policy: RecoveryPolicy, client: Client, scheduler: Scheduler,
                  policy_path: str | None = None, task_queue: str | None = None,
-                 ui_base: str | None = None, logs: LogReader | None = None) -> None:
+                 ui_base: str | None = None, logs: LogReader | None = None,
+                 shard: tuple[int, int] | None = None, jobs_poll_s: float | None = None) -> None:
         self.cfg, self.policy, self.client, self.scheduler = cfg, policy, client, scheduler
         self.policy_path = policy_path
         self.task_queue = task_queue or cfg.temporal.task_queue
         self.ui_base = ui_base
+        if shard is not None and not (shard[1] >= 1 and 0 <= shard[0] < shard[1]):
+            raise ValueError(f"shard {shard!r}: expected (i, n) with 0 <= i < n")
+        self.shard = shard if shard is not None and shard[1] > 1 else None
+        self.jobs_poll_s = jobs_poll_s
+        """Seconds between job-list polls; None = every pass (logs are followed every pass)."""
         state = Path(cfg.state_dir)
-        self.follower = Follower(offsets_file=state / "offsets.json", cluster=cfg.name)
-        self.logs: LogReader = logs or LocalLogs(self.follower)
-        """Job logs: local files (``self.follower``), or the login node over SFTP (SSH mode)."""
+        offsets = "offsets.json" if self.shard is None else f"offsets-{self.shard[0]}of{self.shard[1]}.json"
+        self.follower = Follower(offsets_file=state / offsets, cluster=cfg.name)
+        self.logs: LogReader | None = None if isinstance(logs, LocalLogs) else logs
+        """Job logs elsewhere (the login node over SFTP, a log store); None: local files, read as
+        chunks through ``self.follower`` and the chunk scanner."""
+        self.scanner = default_scanner()
+        self._jobs: list[JobRecord] = []
+        self._last_list: float | None = None
+        self._last_save: float | None = None
         self.watches: dict[str, Watch] = {}
         self.started: list[str] = []
         self._last_watchdog = 0.0
@@ -104,17 +147,24 @@ class Monitor:
         """Triggers whose incident could not be started yet (Temporal down): retried each pass."""
 
     # ---- loop --------------------------------------------------------------------------------
+    def mine(self, job_id: str) -> bool:
+        """Whether this monitor's shard watches ``job_id``."""
+        return self.shard is None or shard_of(self.cfg.name, job_id, self.shard[1]) == self.shard[0]
+
     async def run(self, stop: asyncio.Event) -> None:
         interval = min(self.cfg.logs.poll_interval_s, 0.5)
         while not stop.is_set():
+            t0 = time.monotonic()
             try:
                 await self.poll_once()
             except SchedulerError as e:
                 log.warning("scheduler unavailable, retrying: %s", e)
             except Exception:
                 log.exception("monitor pass failed; continuing")
+            # a pass starts every `interval` s; a pass longer than that is followed by a short breath only
+            wait = max(interval - (time.monotonic() - t0), 0.05)
             try:
-                await asyncio.wait_for(stop.wait(), timeout=interval)
+                await asyncio.wait_for(stop.wait(), timeout=wait)
             except TimeoutError:
                 pass
         self.follower.save()
@@ -124,9 +174,15 @@ class Monitor:
         retry, self.pending = self.pending, []
         for w, j, trig, family, attempt in retry:
             await self._trigger(w, j, trig, family, attempt=attempt)
-        jobs = await self.scheduler.list_jobs()
+        if self._last_list is None or self.jobs_poll_s is None or now - self._last_list >= self.jobs_poll_s:
+            jobs = await self.scheduler.list_jobs()
+            if self.shard is not None:
+                jobs = [j for j in jobs if self.mine(j.job_id)]
+            self._jobs, self._last_list, fresh = jobs, now, True
+        else:
+            jobs, fresh = self._jobs, False
         live = {j.job_id: j for j in jobs}
-        for j in jobs:
+        for j in jobs if fresh else ():
             w = self.watches.get(j.job_id)
             if w is not None and j.submit_time and w.first_submit and w.job.name != j.name:
                 self.watches.pop(j.job_id)  # a reused id (fresh cluster): a different job
@@ -143,8 +199,11 @@ class Monitor:
                 self.watches.pop(job_id)
                 continue
             await self._follow(w, j, now)
-        self.follower.save()
-        if now - self._last_watchdog > 10:
+        if self._last_save is None or now - self._last_save >= 5.0:  # a cache (re-reads are deduped): every 5 s
+            self._last_save = now
+            self.follower.save()
+        if now - self._last_watchdog > 10 and (self.shard is None or self.shard[0] == 0):
+            # one watchdog per cluster: shard 0 runs it
             self._last_watchdog = now
             try:
                 from revive.failopen import release_stranded_holds
@@ -154,18 +213,30 @@ class Monitor:
                     log.warning("fail-open watchdog released stranded holds: %s", released)
             except Exception as e:  # the watchdog must never stop detection
                 log.warning("fail-open watchdog failed: %s", e)
+            await rm.refresh_approvals(self.client)  # approvals pending / oldest age (never raises)
+        rm.monitor_observed(self, now)  # pass duration, bytes behind per log, jobs watched
+
+    async def _new_lines(self, t: AttemptTracker, j: JobRecord, now: float) -> list[tuple[int, str]]:
+        """The lines of ``j``'s log that matter for detection, with ``t`` fed every new line: local
+        files as one chunk through the scanner; elsewhere line by line through ``self.logs``."""
+        path = j.std_out or ""
+        if self.logs is None:
+            got = self.follower.read_chunk(path)
+            return list(self.scanner.feed(t, got[1], got[0], now)) if got is not None else []
+        try:
+            new = await self.logs.read_new(path, job_id=j.job_id, hosts=tuple(j.nodes))
+        except ReviveError as e:  # the login node (or the log store) is unreachable: no false hang
+            log.warning("log of job %s unreadable for now: %s", j.job_id, e)
+            t.paused_s += self.cfg.logs.poll_interval_s
+            return []
+        for _, text in new:
+            t.feed(text, now)
+        return new
 
     async def _follow(self, w: Watch, j: JobRecord, now: float) -> None:
         t = w.tracker
         if j.std_out:
-            try:
-                new = await self.logs.read_new(j.std_out, job_id=j.job_id, hosts=tuple(j.nodes))
-            except ReviveError as e:  # the login node is unreachable: no lines, no false hang
-                log.warning("log of job %s unreadable for now: %s", j.job_id, e)
-                t.paused_s += self.cfg.logs.poll_interval_s
-                new = []
-            for line_no, text in new:
-                t.feed(text, now)
+            for line_no, text in await self._new_lines(t, j, now):
                 if t.attempt_seen and t.attempt < j.restart_count:
                     continue  # lines of an earlier attempt never open an incident
                 hit = root_hit(line_no, text)
@@ -242,6 +313,7 @@ class Monitor:
             )
             w.opened[attempt] = iid
             self.started.append(handle.id)
+            rm.incident_opened(family)
             log.info("incident %s opened (%s: %s)", iid, trig.kind.value, (trig.text or "")[:200])
         except WorkflowAlreadyStartedError:
             w.opened[attempt] = iid
@@ -252,7 +324,8 @@ class Monitor:
 
 
 async def run_monitor(cfg: ClusterConfig, policy: RecoveryPolicy, policy_path: str | None = None,
-                      ui_base: str | None = None) -> None:
+                      ui_base: str | None = None, shard: tuple[int, int] | None = None,
+                      jobs_poll_s: float | None = None) -> None:
     """Run until SIGINT/SIGTERM."""
     import signal
 
@@ -262,10 +335,11 @@ async def run_monitor(cfg: ClusterConfig, policy: RecoveryPolicy, policy_path: s
     client = await connect(cfg.temporal, identity="revive-monitor")
     site = build_site(cfg)
     mon = Monitor(cfg, policy, client, site.scheduler, policy_path=policy_path, ui_base=ui_base,
-                  logs=None if isinstance(site.logs, LocalLogs) else site.logs)
+                  logs=site.logs, shard=shard, jobs_poll_s=jobs_poll_s)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for s in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(s, stop.set)
-    log.info("revive monitor for cluster %s (mode %s)", cfg.name, policy.mode.value)
+    log.info("revive monitor for cluster %s (mode %s%s)", cfg.name, policy.mode.value,
+             f", shard {shard[0]}/{shard[1]}" if shard else "")
     await mon.run(stop)

@@ -62,3 +62,16 @@ def test_root_hit_ignores_benign_noise_and_names_real_roots():
     assert h is not None and h.line_no == 7
     assert fault_family(h.category) == "gpu"
     assert fault_family("hang") == "hang" and fault_family("whatever") == "crash"
+
+
+def test_slowed_and_hung_shortcuts_keep_their_answers():
+    t = AttemptTracker(k=5, floor_s=60)
+    t.feed("=== attempt restart=0 x", 0)
+    for i in range(1, 23):
+        step = 20.0 if i <= 12 else 22.0
+        t.feed(f"{(T0 + timedelta(seconds=i)).isoformat()} [rank 0 host n1] iteration {i}/99 | loss 1 | "
+               f"compute_ms 1 | step_time_ms {step}", float(i))
+    assert t.slowed()  # 10 steps 10 % above the 20 ms baseline
+    t.step_ms[2:12] = [30.0] * 10  # a different baseline is noticed (no stale cache)
+    assert not t.slowed()
+    assert not t.hung(22 + 59) and t.hung(22 + 61)

@@ -1,0 +1,232 @@
+"""The monitor's chunk scan (``ChunkScanner`` over ``Follower.read_chunk``) sees exactly what the
+per-line path (``Follower.read_new`` + feed/root_hit on every line) sees: same hits, same line
+numbers, same tracker state, whatever the chunk boundaries."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import asdict
+from datetime import UTC
+from pathlib import Path
+
+import pytest
+
+from revive.logline import LINE_CAP
+from revive.progress import parse_attempt, parse_checkpoint, parse_progress
+from revive.tail import Follower
+from worker.detect import MAX_STEP_INTERVAL_S, AttemptTracker, ChunkScanner, default_scanner, root_hit
+
+
+class RefTracker(AttemptTracker):
+    """``AttemptTracker.feed`` as it was before the fast path (every parser on every line)."""
+
+    def feed(self, text: str, now: float) -> None:
+        """Update progress state from one line (attempt markers, progress, checkpoints)."""
+        a = parse_attempt(text)
+        if a is not None:
+            if not self.attempt_seen or a != self.attempt:
+                self.new_attempt(a)
+            return
+        ck = parse_checkpoint(text)
+        if ck:
+            kind, it = ck
+            if kind == "saving":
+                self.saving_since_mono = now
+            elif kind == "saved":
+                self.checkpoint = it
+                if self.saving_since_mono is not None:
+                    self.paused_s += now - self.saving_since_mono
+                    self.saving_since_mono = None
+            elif kind == "resumed":
+                self.checkpoint = it
+            return
+        p = parse_progress(text)
+        if p is None:
+            return
+        if p.rank is not None:
+            self.last_by_rank[f"rank {p.rank}"] = text[:1024]
+            if p.rank == min(int(k.split()[1]) for k in self.last_by_rank) and p.step_ms is not None:
+                self.step_ms.append(p.step_ms)
+                if len(self.step_ms) > 2000:
+                    del self.step_ms[20:1020]  # keep the baseline (head) and the recent steps
+        ts = p.timestamp
+        if ts is not None and ts.tzinfo is None:  # ranks may mix naive and zoned stamps
+            ts = ts.replace(tzinfo=UTC)
+        if self.last_iteration is None or p.iteration > self.last_iteration:
+            if ts and self._prev_ts and ts > self._prev_ts:
+                gap = (ts - self._prev_ts).total_seconds()
+                if gap <= MAX_STEP_INTERVAL_S:
+                    self.step_intervals.append(gap)
+                    self.step_intervals = self.step_intervals[-200:]
+            if ts:
+                self._prev_ts = ts
+            self.last_iteration = p.iteration
+            self.last_progress_ts = p.timestamp
+        if self.first_progress_mono is None:
+            self.first_progress_mono = now
+        self.last_progress_mono = now
+        self.paused_s = 0.0
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+LOGS = sorted(p for p in DATA.rglob("*.log") if p.stat().st_size < 2_000_000)
+
+EDGE = (
+    b"=== attempt restart=0 2026-11-29T00:00:00+00:00\n"
+    b"2026-11-29T00:00:01+00:00 [rank 0 host n1] iteration 1/9 | loss 1 | compute_ms 1 | step_time_ms 2\n"
+    b"prefix === attempt restart=5 not at the start\n"
+    b"x CUDA er\x00ror: unknown error\n"  # decode_line drops NULs
+    + b"y" * ((LINE_CAP - 9) // 2 - len("OSError:")) + b"OSError:" + b"z" * LINE_CAP + b"\n"  # cap joins ": "
+    + b"\xff\xfe RuntimeError: CUDA error: unknown error\r\n"
+    b"2026-11-29T00:00:02+00:00 [rank 0 host n1] saving checkpoint at iteration 1\n"
+    b"2026-11-29T00:00:09+00:00 [rank 0 host n1] saved checkpoint at iteration 1\n"
+    b"NCCL INFO chatter\nno newline at the end"
+)
+
+
+def _per_line(chunks: list[bytes], path: Path) -> tuple[list, dict]:
+    path.write_bytes(b"")
+    f, t, hits = Follower(), RefTracker(), []
+    for i, c in enumerate(chunks):
+        with path.open("ab") as fh:
+            fh.write(c)
+        for n, text in f.read_new(str(path)):
+            t.feed(text, float(i))
+            h = root_hit(n, text)
+            if h:
+                hits.append((h.line_no, h.signature_id, h.text, t.attempt))
+    return hits, _state(t)
+
+
+def _state(t: AttemptTracker) -> dict:
+    d = asdict(t)
+    d.pop("_min_rank")
+    d.pop("_baseline")
+    return d
+
+
+def _chunked(chunks: list[bytes], path: Path, sc: ChunkScanner) -> tuple[list, dict]:
+    path.write_bytes(b"")
+    f, t, hits = Follower(), AttemptTracker(), []
+    for i, c in enumerate(chunks):
+        with path.open("ab") as fh:
+            fh.write(c)
+        got = f.read_chunk(str(path))
+        if got is None:
+            continue
+        for n, text in sc.feed(t, got[1], got[0], float(i)):
+            h = root_hit(n, text)
+            if h:
+                hits.append((h.line_no, h.signature_id, h.text, t.attempt))
+    return hits, _state(t)
+
+
+def _scanned(chunks: list[bytes], path: Path, sc: ChunkScanner) -> tuple[list, dict]:
+    """``scan`` (line selection only) + ``feed`` per selected line."""
+    path.write_bytes(b"")
+    f, t, hits = Follower(), AttemptTracker(), []
+    for i, c in enumerate(chunks):
+        with path.open("ab") as fh:
+            fh.write(c)
+        got = f.read_chunk(str(path))
+        if got is None:
+            continue
+        for n, text, may_be_root in sc.scan(got[1], got[0]):
+            t.feed(text, float(i))
+            h = root_hit(n, text) if may_be_root else None
+            if h:
+                hits.append((h.line_no, h.signature_id, h.text, t.attempt))
+    return hits, _state(t)
+
+
+def _split(data: bytes, rnd: random.Random) -> list[bytes]:
+    cuts = sorted(rnd.sample(range(1, len(data)), min(len(data) - 1, 7))) if len(data) > 1 else []
+    return [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)], strict=True)]
+
+
+@pytest.mark.parametrize("log", LOGS, ids=lambda p: str(p.relative_to(DATA)))
+def test_chunk_scan_equals_per_line_on_the_corpus(log, tmp_path):
+    data = log.read_bytes()
+    rnd = random.Random(log.name)
+    for chunks in ([data], _split(data, rnd)):
+        a = _per_line(chunks, tmp_path / "a.log")
+        b = _chunked(chunks, tmp_path / "b.log", default_scanner())
+        assert a == b
+        assert _scanned(chunks, tmp_path / "c.log", default_scanner()) == a
+
+
+def test_chunk_scan_equals_per_line_on_edge_cases(tmp_path):
+    rnd = random.Random(1)
+    for chunks in ([EDGE], _split(EDGE, rnd), _split(EDGE, rnd), [EDGE[i:i + 1] for i in range(len(EDGE))][:400]):
+        a = _per_line(chunks, tmp_path / "a.log")
+        b = _chunked(chunks, tmp_path / "b.log", default_scanner())
+        assert a == b
+        assert _scanned(chunks, tmp_path / "c.log", default_scanner()) == a
+    hits, _ = _per_line([EDGE], tmp_path / "c.log")
+    assert hits  # the edge cases do open incidents
+
+
+def test_scanner_skips_lines_that_change_nothing():
+    data = b"plain noise\n" * 1000 + b"[rank1]: RuntimeError: CUDA error: unknown error\n" + b"more noise\n" * 10
+    assert [n for n, _ in default_scanner().lines(data, 1)] == [1001]
+
+
+def _progress_mix(seed: int) -> bytes:
+    """Ranks appearing out of order, iterations going back, naive and zoned stamps, Megatron lines,
+    checkpoints, attempts, clock jumps, noise."""
+    rnd = random.Random(seed)
+    out = []
+    it = 0
+    for _ in range(3000):
+        r = rnd.random()
+        it += rnd.choice((0, 0, 1, 1, 1, -2))
+        rank = rnd.choice((3, 2, 1, 0, 5)) if it < 20 else rnd.randrange(8)
+        sec = max(it, 0) % 60
+        zone = rnd.choice(("+00:00", "Z", ""))
+        year = "9999" if rnd.random() < 0.002 else "2026"
+        if r < 0.6:
+            step = rnd.choice((f"{20 + rnd.random():.1f}", f"{30 + rnd.random():.1f}"))
+            out.append(f"{year}-11-29T00:{it % 60:02d}:{sec:02d}.5{zone} [rank {rank} host n{rank}] iteration {it}/99 "
+                       f"| loss 1 | compute_ms 3 | step_time_ms {step}")
+        elif r < 0.65:
+            out.append(f"2026-11-29T00:00:{sec:02d} [rank {rank} host n1] iteration {it}/99 | loss 1")
+        elif r < 0.7:
+            out.append(f" iteration      {it}/     500 | consumed samples: 12 | elapsed time per iteration (ms): 812.3 |")
+        elif r < 0.73:
+            out.append(f"2026-11-29T00:00:{sec:02d}+00:00 [rank 0 host n1] "
+                       f"{rnd.choice(('saving', 'saved', 'resumed from'))} checkpoint at iteration {it}")
+        elif r < 0.735:
+            out.append(f"=== attempt restart={rnd.randrange(3)} 2026-11-29T00:00:00+00:00")
+        elif r < 0.74:
+            out.append("[rank1]: RuntimeError: CUDA error: unknown error")
+        elif r < 0.75:
+            out.append("iteration checkpoint 5/7 no progress")
+        else:
+            out.append(rnd.choice(("noise", "NCCL INFO x", "epoch 3 iteration", "x\r", "")))
+    return ("\n".join(out) + "\n").encode()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_fast_feed_equals_the_parsers_on_progress_mixes(seed, tmp_path):
+    data = _progress_mix(seed)
+    rnd = random.Random(seed)
+    for chunks in ([data], _split(data, rnd)):
+        a = _per_line(chunks, tmp_path / "a.log")
+        b = _chunked(chunks, tmp_path / "b.log", default_scanner())
+        assert a == b
+        assert _scanned(chunks, tmp_path / "c.log", default_scanner()) == a
+
+
+def test_runs_of_demo_progress_lines_take_the_bulk_path(tmp_path, monkeypatch):
+    calls = []
+    real = AttemptTracker.feed_progress
+
+    def spy(self, found, now):
+        calls.append(len(found))
+        return real(self, found, now)
+
+    monkeypatch.setattr(AttemptTracker, "feed_progress", spy)
+    data = _progress_mix(0)
+    b = _chunked([data], tmp_path / "b.log", default_scanner())
+    assert sum(calls) > 200  # many demo lines went through feed_progress …
+    a = _per_line([data], tmp_path / "a.log")
+    assert a == b  # … with the same result
