@@ -715,7 +715,7 @@ def report(
     j = Table("job", "incidents", "GPUs", "GPUs from", "downtime h", "iterations lost", "GPU-h lost",
               title="goodput ledger per job")
     for r in rep.jobs:
-        j.add_row(_safe(r["job_id"]), str(r["incidents"]), ",".join(map(str, r["gpus"])),
+        j.add_row(_safe(r.get("job") or r["job_id"]), str(r["incidents"]), ",".join(map(str, r["gpus"])),
                   _safe(", ".join(r["gpus_source"])), f"{r['downtime_h']:.2f}", "-" if r["iterations_lost"] is None else str(r["iterations_lost"]),
                   f"{r['gpu_h_lost']:.2f}" + (" (open-ended)" if r["open_ended"] else ""))
     console.print(j)

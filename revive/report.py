@@ -119,6 +119,10 @@ class IncidentLoss:
     cadence_s: float | None
     recompute_s: float | None
     window_end: datetime | None
+    job_key: str = ""
+    """The job's identity across its incidents: ``<cluster>-<job>-<first SubmitTime>`` (the incident
+    id without ``-a<attempt>-<family>``): job ids restart at 1 on a fresh cluster, so the id alone
+    would merge different jobs."""
     counted_gpu_h: float = 0.0
     """GPU-hours of this incident's window not already counted for an earlier incident of the job."""
     mttd_s: float | None = None
@@ -173,14 +177,22 @@ def incident_loss(rec: dict, period: str = "day") -> IncidentLoss | None:
         mttd_s=max(0.0, (detected - fault_t).total_seconds()) if detected and fault_t else None,
         mttr_s=max(0.0, (resumed - fault).total_seconds()) if resumed and fault_t else None,
         culprits=list(res.get("culprit_nodes") or []), drained=drained,
+        job_key=job_key_of(str(rec.get("incident_id") or res.get("incident_id") or ""),
+                           str(rec.get("cluster") or ""), str(rec.get("job_id") or res.get("job_id") or "?")),
     )
+
+
+def job_key_of(incident_id: str, cluster: str, job_id: str) -> str:
+    """``<cluster>-<job>-<first SubmitTime>`` from an incident id (``revive.ids.incident_id``)."""
+    key = re.sub(r"-a\d+-[a-z]+$", "", incident_id)
+    return key if key and key != incident_id else f"{cluster}-{job_id}"
 
 
 def ledger(losses: list[IncidentLoss]) -> list[dict[str, Any]]:
     """Per job: merged loss windows × GPUs. Sets each incident's ``counted_gpu_h``."""
     by_job: dict[str, list[IncidentLoss]] = defaultdict(list)
     for x in losses:
-        by_job[x.job_id].append(x)
+        by_job[x.job_key or x.job_id].append(x)
     out = []
     for job, xs in sorted(by_job.items()):
         xs.sort(key=lambda x: x.fault)
@@ -197,7 +209,7 @@ def ledger(losses: list[IncidentLoss]) -> list[dict[str, Any]]:
             covered = max(covered, x.window_end) if covered else x.window_end
         known_its = [x.iterations_lost for x in xs if x.iterations_lost is not None]
         out.append({
-            "job_id": job, "incidents": len(xs), "gpu_h_lost": round(total, 4),
+            "job_id": xs[0].job_id, "job": job, "incidents": len(xs), "gpu_h_lost": round(total, 4),
             "gpus": sorted({x.gpus for x in xs}), "gpus_source": sorted({x.gpus_source for x in xs}),
             "downtime_h": round(_union_s([(x.fault, x.fault + timedelta(seconds=x.downtime_s))
                                           for x in xs if x.downtime_s is not None]) / 3600.0, 4),

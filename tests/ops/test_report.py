@@ -134,3 +134,12 @@ def test_cli_report_json_table_and_png(tmp_path):
                                                                                           "PATH": "/usr/bin:/bin"})
     assert r.returncode == 0, r.stderr
     assert "2026-11-20" in r.stdout and "67%" in r.stdout and "4.09" in r.stdout and "goodput ledger" in r.stdout
+
+
+def test_job_ids_reused_on_a_fresh_cluster_stay_different_jobs() -> None:
+    from revive.report import job_key_of
+
+    a = job_key_of("local-1-20261201T112303-a0-gpu", "local", "1")
+    b = job_key_of("local-1-20261201T112337-a1-crash", "local", "1")
+    assert a == "local-1-20261201T112303" and b == "local-1-20261201T112337" and a != b
+    assert job_key_of("odd-id", "c", "7") == "c-7"
