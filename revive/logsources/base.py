@@ -29,10 +29,10 @@ from typing import Any, Protocol, runtime_checkable
 from pydantic import BaseModel, ConfigDict, Field
 
 from revive.errors import ReviveError
+from revive.logline import LINE_CAP, cap_line
 
 log = logging.getLogger("revive.logsources")
 
-LINE_CAP = 4096
 """Characters kept of one line (head and tail: the error that ends a progress-bar line is at its end)."""
 
 STATE_VERSION = 1
@@ -63,7 +63,7 @@ _SURROGATES = re.compile("[\ud800-\udfff]")
 def clean_text(raw: str | bytes) -> str:
     """Normalise one log line: invalid UTF-8 (or lone surrogates from JSON ``\\ud800`` escapes)
     becomes U+FFFD, NUL is removed, a trailing newline/CR is stripped, and a line longer than
-    :data:`LINE_CAP` characters keeps its head and its tail (``head + " " + tail``, exactly
+    :data:`LINE_CAP` characters keeps its head and its tail (``revive.logline.cap_line``: exactly
     ``LINE_CAP`` characters). Idempotent."""
     if isinstance(raw, (bytes, bytearray, memoryview)):
         text = bytes(raw).decode("utf-8", errors="replace")
@@ -72,9 +72,7 @@ def clean_text(raw: str | bytes) -> str:
         if _SURROGATES.search(text):
             text = _SURROGATES.sub("\ufffd", text)
     text = text.replace("\x00", "").rstrip("\r\n")
-    if len(text) > LINE_CAP:
-        text = text[: LINE_CAP // 2] + " " + text[-(LINE_CAP // 2 - 1):]
-    return text
+    return cap_line(text, LINE_CAP)
 
 
 @dataclass(frozen=True)

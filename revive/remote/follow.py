@@ -34,11 +34,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from revive.logline import LINE_CAP, cap_bytes, decode_line
 from revive.remote import ConnFactory, HostKeyRejected, RemoteUnavailable
 
 __all__ = ["RemoteFollower", "RemoteTailState", "FollowBatch", "LINE_CAP", "MAX_READ", "ANCHOR"]
 
-LINE_CAP = 4096
 MAX_READ = 8 * 1024 * 1024
 """Bytes read per poll per file; a faster-growing log is caught up over several polls."""
 ANCHOR = 64
@@ -95,13 +95,12 @@ def _split(st: RemoteTailState, new: bytes) -> list[Line]:
     parts = data.split(b"\n")
     st.partial = parts.pop()
     if len(st.partial) > _PARTIAL_CAP:  # a huge line without newline: keep its head and its tail
-        st.partial = st.partial[: LINE_CAP * 2] + st.partial[-LINE_CAP * 2:]
+        st.partial = cap_bytes(st.partial, LINE_CAP * 2)
     out = []
     for raw in parts:
         st.line_no += 1
-        if len(raw) > LINE_CAP:  # the error that ends a long (progress-bar) line is in its tail
-            raw = raw[: LINE_CAP // 2] + b" " + raw[-(LINE_CAP // 2 - 1):]
-        out.append((st.line_no, raw.decode("utf-8", errors="replace").replace("\x00", "").rstrip("\r")))
+        raw = cap_bytes(raw, 4 * LINE_CAP)  # bounded before decoding; decode_line caps to LINE_CAP
+        out.append((st.line_no, decode_line(raw)))
     return out
 
 

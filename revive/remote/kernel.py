@@ -28,6 +28,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from revive.errors import ConfigError
+from revive.logline import LINE_CAP, cap_bytes, decode_line
 from revive.remote import (
     ConnFactory,
     HostKeyRejected,
@@ -39,7 +40,6 @@ from revive.remote import (
 
 __all__ = ["KernelLog", "KernelLogReader", "build_command", "since_arg"]
 
-LINE_CAP = 4096
 _NO_JOURNAL = "No journal files were found"
 _JOURNAL_MARKER = re.compile(r"^-- .* --$")  # "-- No entries --", "-- Boot 3f… --"
 
@@ -85,9 +85,7 @@ def build_command(template: Sequence[str], node: str, since: datetime | str | No
 def _clean(raw: bytes | str) -> str:
     if isinstance(raw, str):
         raw = raw.encode("utf-8", errors="replace")
-    if len(raw) > LINE_CAP:
-        raw = raw[: LINE_CAP // 2] + b" " + raw[-(LINE_CAP // 2 - 1):]
-    return raw.decode("utf-8", errors="replace").replace("\x00", "").rstrip("\r")
+    return decode_line(cap_bytes(raw, 4 * LINE_CAP))  # one line-cap policy (revive.logline)
 
 
 NodeAddress = Callable[[str], "tuple[str, int] | None"]
