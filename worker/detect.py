@@ -117,24 +117,28 @@ class AttemptTracker:
                 return
             iteration = int(g.group("it"))
         if self.last_iteration is None or iteration > self.last_iteration:
-            raw_ts = parse_ts(text)
-            ts = raw_ts
-            if ts is not None and ts.tzinfo is None:  # ranks may mix naive and zoned stamps
-                ts = ts.replace(tzinfo=UTC)
-            if ts and self._prev_ts and ts > self._prev_ts:
-                gap = (ts - self._prev_ts).total_seconds()
-                if gap <= MAX_STEP_INTERVAL_S:
-                    self.step_intervals.append(gap)
-                    if len(self.step_intervals) > 200:
-                        del self.step_intervals[:-200]
-            if ts:
-                self._prev_ts = ts
-            self.last_iteration = iteration
-            self.last_progress_ts = raw_ts
+            self._advance(iteration, text)
         if self.first_progress_mono is None:
             self.first_progress_mono = now
         self.last_progress_mono = now
         self.paused_s = 0.0
+
+    def _advance(self, iteration: int, text: str) -> None:
+        """A new highest iteration: record it, its stamp, and the step interval since the last one."""
+        raw_ts = parse_ts(text)
+        ts = raw_ts
+        if ts is not None and ts.tzinfo is None:  # ranks may mix naive and zoned stamps
+            ts = ts.replace(tzinfo=UTC)
+        if ts and self._prev_ts and ts > self._prev_ts:
+            gap = (ts - self._prev_ts).total_seconds()
+            if gap <= MAX_STEP_INTERVAL_S:
+                self.step_intervals.append(gap)
+                if len(self.step_intervals) > 200:
+                    del self.step_intervals[:-200]
+        if ts:
+            self._prev_ts = ts
+        self.last_iteration = iteration
+        self.last_progress_ts = raw_ts
 
     def feed_progress(self, found: list[tuple[bytes, bytes, bytes, bytes, bytes]], now: float) -> None:
         """``feed`` for a run of demo-format progress lines, all at ``now``, already matched:
@@ -157,20 +161,7 @@ class AttemptTracker:
                     if len(step_ms) > 2000:
                         del step_ms[20:1020]
                 if self.last_iteration is None or iteration > self.last_iteration:
-                    raw_ts = parse_ts(line.decode("ascii"))
-                    ts = raw_ts
-                    if ts is not None and ts.tzinfo is None:
-                        ts = ts.replace(tzinfo=UTC)
-                    if ts and self._prev_ts and ts > self._prev_ts:
-                        gap = (ts - self._prev_ts).total_seconds()
-                        if gap <= MAX_STEP_INTERVAL_S:
-                            self.step_intervals.append(gap)
-                            if len(self.step_intervals) > 200:
-                                del self.step_intervals[:-200]
-                    if ts:
-                        self._prev_ts = ts
-                    self.last_iteration = iteration
-                    self.last_progress_ts = raw_ts
+                    self._advance(iteration, line.decode("ascii"))
                 seen = True
         finally:
             for rank, line in last.items():
