@@ -37,6 +37,15 @@ def _mount_agent() -> None:
 
 
 _mount_agent()
+
+
+def _mount_safety() -> None:
+    from cli.safety import mount  # revive mode set|show, revive policy apply|show (the cluster's guard)
+
+    mount(app, policy_app)
+
+
+_mount_safety()
 console = Console()
 err = Console(stderr=True)
 
