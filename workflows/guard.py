@@ -38,6 +38,8 @@ from datetime import datetime, timedelta
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
+    import revive.errors  # noqa: F401  (parse_policy's ConfigError, imported lazily: pass it through)
+    import revive.yamlfile  # noqa: F401  (field_errors, imported lazily by parse_policy)
     from revive.decide.breaker import (
         DrainGrant,
         DrainGrantInput,
