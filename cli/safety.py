@@ -39,7 +39,8 @@ def _cfg_and_tq(config: str) -> tuple[str, str]:
 
 async def _send(config: str, who: str, update: str, payload: dict) -> str:
     from activities.guard import update_guard_settings
-    from cli.main import Fail, _client
+    from cli.errors import Fail
+    from cli.main import _client
 
     cluster, tq = _cfg_and_tq(config)
     client = await _client(config, f"revive-cli:{who}")
@@ -55,7 +56,7 @@ async def _send(config: str, who: str, update: str, payload: dict) -> str:
 
 
 def _check_who(who: str, note: str) -> None:
-    from cli.main import Fail
+    from cli.errors import Fail
     from revive.decide.settings import MAX_NOTE, MAX_WHO
 
     if not who:
@@ -74,7 +75,8 @@ def mode_set(
     config: Annotated[str, typer.Option("--config", "-c", envvar="REVIVE_CONFIG")] = "/tmp/revive-cluster/cluster.yaml",
 ) -> None:
     """Set the mode for the cluster (or one partition); running incidents read it at their gate."""
-    from cli.main import Fail, _run, _safe, console
+    from cli.errors import Fail
+    from cli.main import _run, _safe, console
     from revive.policy import Mode
 
     if mode not in {m.value for m in Mode}:
