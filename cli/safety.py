@@ -111,11 +111,16 @@ def mode_show(
 
 async def _settings(config: str):  # noqa: ANN202 — GuardSettings | None
     from activities.guard import guard_settings
+    from cli.errors import Fail
     from cli.main import _client
 
     cluster, tq = _cfg_and_tq(config)
     client = await _client(config, "revive-cli")
-    return await guard_settings(client, cluster, tq)
+    try:
+        return await asyncio.wait_for(guard_settings(client, cluster, tq), timeout=30)
+    except TimeoutError:
+        raise Fail(f"no answer from the guard of {cluster} within 30s: is a worker polling task queue {tq!r}?",
+                   4) from None
 
 
 def policy_apply(

@@ -214,7 +214,8 @@ class TemporalTLS(_Model):
         for name in ("cert_file", "key_file", "ca_file"):
             _path_only(getattr(self, name), f"temporal.tls.{name}")
         if bool(self.cert_file) != bool(self.key_file):
-            raise ValueError("temporal.tls: cert_file and key_file go together (mutual TLS)")
+            missing = "key_file" if self.cert_file else "cert_file"
+            raise ValueError(f"temporal.tls.{missing} is required with the other (mutual TLS: cert_file and key_file)")
         return self
 
 
