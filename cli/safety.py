@@ -133,11 +133,11 @@ def policy_apply(
     """Validate a policy file and store it in the cluster's guard as the next version."""
     from cli.main import _run, _safe, console
     from revive.policy import load_policy
-    from revive.yamlfile import read_yaml
 
     _check_who(who, note)
-    load_policy(file)  # ConfigError (exit 2) names the invalid fields; nothing is sent
-    doc = read_yaml(file, "policy file") or {}
+    # ConfigError (exit 2) names the invalid fields and nothing is sent; the guard gets the validated
+    # document as JSON (durations as ISO-8601), which its validator checks again
+    doc = load_policy(file).model_dump(mode="json")
     payload = {"policy": doc, "who": who, "note": note, "update_id": update_id or f"policy-{uuid.uuid4()}"}
     console.print(_safe(_run(_send(config, who, "apply_policy", payload))))
 
