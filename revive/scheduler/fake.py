@@ -151,6 +151,9 @@ class FakeScheduler:
                 changes["comment"] = v
             elif k == "TimeLimit":
                 changes["time_limit"] = v
+            elif k == "Dependency":  # slurmctld re-evaluates it: the terms wait again
+                changes["dependency"] = ",".join(f"{t}(unfulfilled)" for t in v.split(",") if t)
+                changes["reason"] = "Dependency"
         self._set_job(job, **changes)
         return ["scontrol", "update", f"JobId={job_id}", *(f"{k}={v}" for k, v in fields.items())]
 
