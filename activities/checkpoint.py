@@ -227,7 +227,10 @@ class CheckpointActivities:
         s = summarize(lines, self.profiles)
         if not s.attempts:
             return LoopVerdict(detail="the log matched no profile")
-        cur = s.attempts[-1]
+        # the attempt that failed: the one whose restart count is the incident's (a later one may
+        # already be running when Slurm requeued the job itself); else the log's last attempt
+        idx = next((i for i, a in enumerate(s.attempts) if a.restart == inp.job.restart_count), len(s.attempts) - 1)
+        cur, before = s.attempts[idx], s.attempts[:idx]
         prof = self._profile(s.profiles[0] if s.profiles else None)
         if cur.loaded is None or cur.loaded.iter is None:
             return LoopVerdict(profile=prof.id if prof else None,
@@ -240,7 +243,7 @@ class CheckpointActivities:
         if reached - c > inp.within_iterations:
             return LoopVerdict(detail=f"attempt ran {reached - c} iterations past checkpoint {c} before failing")
         # the attempt before: did it fail with the same root cause, with C as its last checkpoint?
-        prev = [a for a in s.attempts[:-1] if a.iterations or a.loaded or a.saved]
+        prev = [a for a in before if a.iterations or a.loaded or a.saved]
         if not prev:
             return LoopVerdict(detail=f"first failure after resuming from {c}")
         p = prev[-1]

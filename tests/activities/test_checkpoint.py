@@ -27,6 +27,8 @@ from revive.signals import SignalScope
 from tests.helpers.ckpt_logs import LIGHTNING_SAVED, attempt, bad_checkpoint_log, crash, lightning_log
 
 JOB = JobIdentity(job_id="7", user="root", name="train", restart_count=0)
+JOB1 = JOB.model_copy(update={"restart_count": 1})
+"""The incident of attempt 1 (the job's restart count when it failed again)."""
 
 
 def _sched(state: str = "RUNNING", **kw) -> FakeScheduler:
@@ -152,9 +154,22 @@ async def test_resuming_twice_onto_checkpoint_20_and_failing_makes_it_suspect(tm
     log = tmp_path / "train-7.out"
     log.write_text(bad_checkpoint_log())
     v = await CheckpointActivities(_sched("FAILED")).checkpoint_loop(LoopCheckInput(
-        incident_id="i", cluster="fake", job=JOB, log_path=str(log), category="crash", checkpoint_iteration=20))
+        incident_id="i", cluster="fake", job=JOB1, log_path=str(log), category="crash", checkpoint_iteration=20))
     assert v.suspect == 20 and v.previous == 10 and v.profile == "revive_demo"
     assert "resume from checkpoint 10" in v.proposal and "undo" in v.proposal
+
+
+async def test_only_the_failed_attempt_counts_not_the_one_already_running(tmp_path):
+    """Attempt 0 failed (restart count 0); attempt 1 already resumed from 20 and runs: no loop."""
+    log = tmp_path / "train-7.out"
+    log.write_text("\n".join(attempt(0, 1, 25, saves=(10, 20)) + crash() + attempt(1, 21, 22, resumed=20)) + "\n")
+    v = await CheckpointActivities(_sched("RUNNING")).checkpoint_loop(LoopCheckInput(
+        incident_id="i", cluster="fake", job=JOB, log_path=str(log), category="crash"))
+    assert v.suspect is None and "did not resume" in v.detail
+    v = await CheckpointActivities(_sched("FAILED")).checkpoint_loop(LoopCheckInput(
+        incident_id="i", cluster="fake", job=JOB.model_copy(update={"restart_count": 1}), log_path=str(log),
+        category="crash"))
+    assert v.suspect == 20
 
 
 async def test_an_attempt_that_saved_a_newer_checkpoint_is_not_a_loop(tmp_path):
@@ -162,7 +177,7 @@ async def test_an_attempt_that_saved_a_newer_checkpoint_is_not_a_loop(tmp_path):
     log.write_text("\n".join(attempt(0, 1, 25, saves=(10, 20)) + crash()
                              + attempt(1, 21, 32, saves=(30,), resumed=20) + crash()) + "\n")
     v = await CheckpointActivities(_sched("FAILED")).checkpoint_loop(LoopCheckInput(
-        incident_id="i", cluster="fake", job=JOB, log_path=str(log), category="crash"))
+        incident_id="i", cluster="fake", job=JOB1, log_path=str(log), category="crash"))
     assert v.suspect is None and "saved checkpoint 30" in v.detail
 
 
@@ -171,7 +186,7 @@ async def test_far_past_the_checkpoint_is_not_right_after_resuming(tmp_path):
     log.write_text("\n".join(attempt(0, 1, 25, saves=(10, 20)) + crash()
                              + attempt(1, 21, 60, resumed=20) + crash()) + "\n")
     v = await CheckpointActivities(_sched("FAILED")).checkpoint_loop(LoopCheckInput(
-        incident_id="i", cluster="fake", job=JOB, log_path=str(log), category="crash", within_iterations=20))
+        incident_id="i", cluster="fake", job=JOB1, log_path=str(log), category="crash", within_iterations=20))
     assert v.suspect is None and "40 iterations past" in v.detail
 
 

@@ -35,6 +35,7 @@ from worker.main import build_worker
 pytestmark = pytest.mark.temporal
 
 JOB = JobIdentity(job_id="7", user="root", name="train", restart_count=0)
+JOB1 = JOB.model_copy(update={"restart_count": 1})
 PRIORS: list[PriorIncident] = []
 
 
@@ -50,9 +51,10 @@ def _plan(runbook: RunbookName, exclude: list[str] | None = None) -> Plan:
 
 
 def _input(log, runbook: RunbookName, category: Category, policy: RecoveryPolicy, **kw) -> RunbookInput:
-    return RunbookInput(incident_id=f"fake-7-a0-{uuid.uuid4().hex[:6]}", cluster="fake", job=JOB,
+    job = kw.pop("job", JOB)
+    return RunbookInput(incident_id=f"fake-7-a{job.restart_count}-{uuid.uuid4().hex[:6]}", cluster="fake", job=job,
                         plan=_plan(runbook, kw.pop("exclude", None)), category=category, log_path=str(log),
-                        attempt=0, checkpoint_iteration=kw.pop("checkpoint", 20), policy=policy, **kw)
+                        attempt=job.restart_count, checkpoint_iteration=kw.pop("checkpoint", 20), policy=policy, **kw)
 
 
 async def _run(env, sched, cfg, inp: RunbookInput, during=None) -> RunbookResult:
@@ -67,9 +69,9 @@ async def _run(env, sched, cfg, inp: RunbookInput, during=None) -> RunbookResult
         return res
 
 
-async def _after_requeue(sched, log, text: str) -> None:
+async def _after_requeue(sched, log, text: str, base: int = 0) -> None:
     """The requeued attempt's lines appear once the job was requeued (as on a real cluster)."""
-    while (await sched.get_job("7")).restart_count == 0:
+    while (await sched.get_job("7")).restart_count <= base:
         await asyncio.sleep(0.05)
     with log.open("a") as f:
         f.write(text)
@@ -141,21 +143,24 @@ async def test_hang_is_not_signalled_by_default(ts_env, tmp_path):
     assert [c[0] for c in sched.mutating_calls] == ["requeue"]
 
 
-def _failed_with_dependent(tmp_path, log_text: str):
+def _failed_with_dependent(tmp_path, log_text: str, restarts: int = 0):
     sched, cfg, log = fake_cluster(tmp_path, "segfault")
     log.write_text(log_text)
+    sched._set_job(sched.jobs["7"], restart_count=restarts)
     sched.add_job(JobRecord(job_id="8", name="eval", user="root", state="PENDING", reason="DependencyNeverSatisfied",
                             dependency="afterok:7(failed)"))
     return sched, cfg, log
 
 
 async def test_second_failure_right_after_resuming_from_20_escalates_checkpoint_20_suspect(ts_env, tmp_path):
-    sched, cfg, log = _failed_with_dependent(tmp_path, bad_checkpoint_log())
+    """Attempt 1 (restart count 1) resumed from 20 and crashed two iterations later, like attempt 0."""
+    sched, cfg, log = _failed_with_dependent(tmp_path, bad_checkpoint_log(), restarts=1)
     PRIORS[:] = [PriorIncident(incident_id="fake-7-a0-first", job_id="7", attempt=0, category=Category.crash,
                                executed=Action.restart_in_place, outcome=IncidentOutcome.recovered,
                                checkpoint_iteration=20)]
     try:
-        inp = _input(log, RunbookName.restart_in_place, Category.crash, RecoveryPolicy(**POLICY), checkpoint=20)
+        inp = _input(log, RunbookName.restart_in_place, Category.crash, RecoveryPolicy(**POLICY), checkpoint=20,
+                     job=JOB1)
         res = await _run(ts_env, sched, cfg, inp)
     finally:
         PRIORS.clear()
@@ -166,13 +171,14 @@ async def test_second_failure_right_after_resuming_from_20_escalates_checkpoint_
 
 
 async def test_a_different_root_cause_is_not_a_checkpoint_loop(ts_env, tmp_path):
-    sched, cfg, log = _failed_with_dependent(tmp_path, bad_checkpoint_log())
+    sched, cfg, log = _failed_with_dependent(tmp_path, bad_checkpoint_log(), restarts=1)
     PRIORS[:] = [PriorIncident(incident_id="fake-7-a0-first", job_id="7", attempt=0, category=Category.oom_host,
                                executed=Action.restart_in_place, checkpoint_iteration=20)]
     try:
-        inp = _input(log, RunbookName.restart_in_place, Category.crash, RecoveryPolicy(**POLICY), checkpoint=20)
-        res = await _run(ts_env, sched, cfg, inp,
-                         during=lambda: _after_requeue(sched, log, resume_lines(20).replace("restart=1", "restart=2")))
+        inp = _input(log, RunbookName.restart_in_place, Category.crash, RecoveryPolicy(**POLICY), checkpoint=20,
+                     job=JOB1)
+        res = await _run(ts_env, sched, cfg, inp, during=lambda: _after_requeue(
+            sched, log, resume_lines(20).replace("restart=1", "restart=2"), base=1))
     finally:
         PRIORS.clear()
     assert res.suspect_checkpoint is None and "not a repeat" in res.diagnostics["bad_checkpoint"]
