@@ -79,3 +79,24 @@ async def test_fake_scheduler_records_signals_and_refuses_a_finished_job():
     assert seen == [("USR1", "steps")] and sched.mutating_calls[0][0] == "signal_job"
     with pytest.raises(SchedulerCommandError):
         await sched.signal_job("5", "USR1")
+
+
+def test_rest_records_of_array_tasks_use_the_same_address():
+    from revive.scheduler.slurm_rest import job_from_rest
+
+    task = job_from_rest({"job_id": 6, "array_job_id": 6, "array_task_id": 3, "job_state": "RUNNING",
+                          "dependency": "afterok:5(unfulfilled)"})
+    assert (task.job_id, task.array_job_id, task.array_task_id, task.dependency) == ("6_3", "6", "3",
+                                                                                     "afterok:5(unfulfilled)")
+    plain = job_from_rest({"job_id": 9, "array_job_id": 0, "array_task_id": None, "job_state": "PENDING"})
+    assert (plain.job_id, plain.array_job_id) == ("9", None)
+
+
+async def test_recording_scheduler_records_the_signal_before_sending_it():
+    from revive.scheduler.fake import RecordingScheduler
+
+    inner = FakeScheduler(jobs=[JobRecord(job_id="6_2", state="RUNNING")])
+    rec = RecordingScheduler(inner)
+    await rec.signal_job("6_2", "TERM", SignalScope.batch)
+    assert rec.mutating_calls == [("signal_job", {"job_id": "6_2", "signal": "TERM", "scope": "batch"})]
+    assert inner.mutating_calls[0][0] == "signal_job"
