@@ -48,8 +48,11 @@ from revive.scheduler.base import Scheduler
 from revive.signals import SignalScope
 from revive.site import LocalLogs, LogReader
 
-PLAN_TAIL_BYTES = 4 * 1024 * 1024
-"""Bytes of the log's tail read to find the job's profile and its attempts."""
+PLAN_TAIL_BYTES = 256 * 1024
+"""Bytes of the log's tail read to find the job's profile (``plan_save``)."""
+LOOP_TAIL_BYTES = 1024 * 1024
+"""Bytes of the log's tail read for its last attempts (``checkpoint_loop``): the failed attempt and
+the one before it; ~2 s of CPU for the demo job's lines (``benchmarks/bench_checkpoint.py``)."""
 MAX_DIR_ENTRIES = 10_000
 """Entries of a checkpoint folder looked at (a huge folder is not walked)."""
 
@@ -116,11 +119,11 @@ class CheckpointActivities:
     def _profile(self, pid: str | None) -> Profile | None:
         return self.profiles.get(pid) if pid else None
 
-    async def _tail(self, path: str | None) -> tuple[list[str], int | None]:
+    async def _tail(self, path: str | None, max_bytes: int = PLAN_TAIL_BYTES) -> tuple[list[str], int | None]:
         if not path:
             return [], None
         try:
-            data, size = await self.logs.fresh().read_tail(path, PLAN_TAIL_BYTES)
+            data, size = await self.logs.fresh().read_tail(path, max_bytes)
         except (OSError, ReviveError):
             return [], None
         return data.decode("utf-8", "replace").splitlines(), size
@@ -135,7 +138,7 @@ class CheckpointActivities:
         if live.state != "RUNNING":
             return SavePlan(reason=f"job is {live.state}, not running: nothing to save", restart_count=live.restart_count)
         lines, size = await self._tail(inp.log_path)
-        found = detect_profile(lines, self.profiles)
+        found = await asyncio.to_thread(detect_profile, lines, self.profiles)
         framework = next((p for p in (self._profile(i) for i in found) if p and p.save_signal), None)
         profile = framework or self._profile(found[0] if found else None)
         ckdir = _comment_dir(live.comment)
@@ -221,10 +224,10 @@ class CheckpointActivities:
     @activity.defn(name="checkpoint_loop")
     async def checkpoint_loop(self, inp: LoopCheckInput) -> LoopVerdict:
         """Read the log's attempts (``revive.profiles.summarize``); never raises for bad input."""
-        lines, _ = await self._tail(inp.log_path)
+        lines, _ = await self._tail(inp.log_path, LOOP_TAIL_BYTES)
         if not lines:
             return LoopVerdict(detail="no log: cannot tell which checkpoint the job resumed from")
-        s = summarize(lines, self.profiles)
+        s = await asyncio.to_thread(summarize, lines, self.profiles)  # CPU: off the event loop
         if not s.attempts:
             return LoopVerdict(detail="the log matched no profile")
         # the attempt that failed: the one whose restart count is the incident's (a later one may
