@@ -150,6 +150,14 @@ class JobRecord(BaseModel):
     num_tasks: int | None = None
     tres_per_node: str | None = None
     hold: bool = False
+    array_job_id: str | None = None
+    """``ArrayJobId`` of an array task (then ``job_id`` is ``<ArrayJobId>_<ArrayTaskId>``)."""
+    array_task_id: str | None = None
+    """``ArrayTaskId``: one task (``4``) or, on the record of the tasks still pending as one,
+    their set (``[5-9%2]``)."""
+    dependency: str | None = None
+    """``Dependency`` as slurmctld prints it, e.g. ``afterok:123_*(unfulfilled)``
+    (``revive.scheduler.arrays.parse_dependency``)."""
     """True when the job is held (Priority=0 / Reason=job_requeued_in_held_state / JobHeld*)."""
 
 
@@ -314,6 +322,13 @@ class ActionKind(StrEnum):
     requeue = "requeue"
     resubmit = "resubmit"
     wait_for_checkpoint = "wait_for_checkpoint"
+    signal = "signal"
+    """A save signal sent to the running job (``scancel --signal``) before its requeue."""
+    dependents = "dependents"
+    """The job's dependents were made to wait for it again after its requeue."""
+    report = "report"
+    """Nothing changed on the cluster: a finding recorded for a person (suspect checkpoint,
+    dependents that will never start)."""
 
 
 class ActionResult(BaseModel):
