@@ -29,6 +29,7 @@ from revive.models import (
     Domain,
     Event,
     EvidenceBundle,
+    PriorIncident,
     TriggerKind,
 )
 from revive.signatures.matcher import Matcher
@@ -192,6 +193,57 @@ def _apply_field_rules(ctx: _Ctx) -> None:
     ctx.events = evs
 
 
+NODE_HISTORY_WINDOW = timedelta(days=30)
+"""How far back an earlier hardware incident on a node still counts as evidence (issue #8.4).
+Revive's own choice, not a vendor figure: NVIDIA's field guidance is that a GPU that faulted once
+(Xid 48/79/94/95/119) tends to fault again within days to weeks of the first event, before an RMA."""
+_HISTORY_HW_CATEGORIES = {Category.gpu_hardware, Category.gpu_memory_ecc, Category.nvlink}
+
+
+def _hardware_history(ctx: _Ctx, node: str, ref: datetime | None) -> PriorIncident | None:
+    """The most recent earlier hardware incident on ``node`` within ``NODE_HISTORY_WINDOW`` of
+    ``ref`` (an entry without a time counts; one after ``ref`` is not earlier and is ignored)."""
+    best: PriorIncident | None = None
+    for p in ctx.bundle.node_history.get(node, []):
+        if p.domain != Domain.hardware and p.category not in _HISTORY_HW_CATEGORIES:
+            continue
+        if p.at is not None and ref is not None:
+            at = p.at if p.at.tzinfo else p.at.replace(tzinfo=UTC)
+            if at > ref or ref - at > NODE_HISTORY_WINDOW:
+                continue
+        if best is None or (p.at is not None and (best.at is None or p.at > best.at)):
+            best = p
+    return best
+
+
+def _apply_node_history(ctx: _Ctx) -> None:
+    """3j. An ambiguous CUDA error (category ``cuda_error``, domain not settled) on a node that had an
+    earlier hardware incident is that node's hardware: domain hardware, the node named, drain."""
+    hist = ctx.bundle.node_history
+    if not hist:
+        return
+    layout = _rank_layout(ctx)
+    nodes = _nodes(ctx.bundle)
+    trig_at = ctx.bundle.trigger.at if ctx.bundle.trigger else None
+    for e in ctx.events:
+        if e.m.role != "root" or e.category != Category.cuda_error or e.domain == Domain.application:
+            continue
+        node = _ev_node(e, layout, nodes)
+        if not node:
+            continue
+        ref = e.ts if (e.ts is not None and e.ts_exact) else (trig_at or e.ts)
+        prior = _hardware_history(ctx, node, ref)
+        if prior is None:
+            continue
+        e.node, e.domain, e.action = node, Domain.hardware, Action.drain_and_requeue
+        e.tier = min(e.tier, 2)
+        when = prior.at.date().isoformat() if prior.at else "time unknown"
+        ident = f"{prior.incident_id}, " if prior.incident_id else ""
+        why = f": {prior.reason}" if prior.reason else ""
+        e.upgraded = (f"{node} had an earlier hardware incident ({ident}{prior.category.value}, {when}{why}): "
+                      "a CUDA error of unknown cause on that node is its GPU failing again")
+
+
 
 _TPN = [
     re.compile(r"SLURM_(?:N)?TASKS_PER_NODE=(?P<n>\d+)"),
@@ -310,6 +362,7 @@ def _verdict(bundle: EvidenceBundle, matcher: Matcher) -> Attribution:
 def _apply_rules(ctx: _Ctx) -> None:
     _apply_hardware_typical(ctx)
     _apply_field_rules(ctx)
+    _apply_node_history(ctx)
 
 
 def _decide(ctx: _Ctx) -> Attribution:
