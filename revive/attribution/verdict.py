@@ -39,6 +39,9 @@ _CONFIDENCE = {1: 0.9, 2: 0.85, 3: 0.85, 4: 0.6, 5: 0.5, 6: 0.5, 7: 0.5, 8: 0.3,
 MIN_CONFIDENCE = 0.5
 """Policy floor (issue #8): below it the engine never recommends ``drain_and_requeue``. Read by
 callers as a module constant until the policy file carries it."""
+_AVOID_NODE_SIGS = {"megatron.rerun_other_gpu", "megatron.rerun_same_gpu"}
+"""Verdicts of unsettled cause whose remedy is to run elsewhere: the node is named so the requeue
+avoids it (Megatron's rerun state machine must resume on a different GPU to decide)."""
 _SYSTEM_DRAIN = {"storage.hung_task"}
 """System-domain signatures whose remedy is draining the node (a task stuck in D state on a wedged
 mount): the one exception to "a drain only with domain hardware"."""
@@ -80,6 +83,34 @@ _HCA = re.compile(r"\b(?:hca|dev|device|HCA) (?:mlx\d_\d+|\w+_\d+)(?::\d+)?|\bml
 _CKPT_LOAD = re.compile(r"[Ll]oading (?:checkpoint|model|the model|weights|state dict|state_dict|shards|"
                         r"distributed checkpoint)|Loading checkpoint shards|load_checkpoint|torch\.load\(|"
                         r"from_pretrained\(")
+
+
+_HOST_MEM = re.compile(r"CPU Virtual Memory:\s+used = [\d.]+ GB, percent = (?P<pct>[\d.]+)%")
+"""DeepSpeed's host-memory report (deepspeed/runtime/utils.py ``see_memory_usage``, 0.9-0.16:
+``CPU Virtual Memory:  used = <GB> GB, percent = <psutil.virtual_memory().percent>%``)."""
+HOST_MEM_PRESSURE_PCT = 85.0
+"""A host-memory reading at or above this, shortly before a SIGKILL, makes the kernel OOM killer the
+likely sender (Linux mm/oom_kill.c acts only at exhaustion; the reading precedes the kill while
+allocations are still growing, hence the margin). Revive's threshold, not a vendor figure."""
+
+
+def pct_text(pct: float) -> str:
+    return f"{pct:g}%"
+
+
+def _host_memory_pressure(lines: list[str]) -> float | None:
+    """The highest DeepSpeed host-memory reading (percent) in ``lines`` at or above the threshold."""
+    best: float | None = None
+    for x in lines:
+        m = _HOST_MEM.search(x[:MAX_TEXT])
+        if m:
+            try:
+                pct = float(m.group("pct"))
+            except ValueError:
+                continue
+            if pct >= HOST_MEM_PRESSURE_PCT and (best is None or pct > best):
+                best = pct
+    return best
 
 
 _CKPT_IO = re.compile(r"[Dd]ownload(?:ing|ed)? .*(?:checkpoint|shards?|weights)|[Ll]oading (?:distributed )?checkpoint|"
@@ -170,10 +201,15 @@ def _apply_field_rules(ctx: _Ctx) -> None:
     for e in evs:
         if e.m.role == "root" and _is_sigkill(e) and e.source == ctx.bundle.job_log_source and e.line_no:
             window = lines[max(0, e.line_no - 40):e.line_no - 1]
+            pressure = _host_memory_pressure(window)
             if any(_CKPT_LOAD.search(x) for x in window):
                 e.category, e.domain, e.tier, e.action = Category.oom_host, Domain.application, 2, Action.stop_no_retry
                 e.upgraded = ("killed by SIGKILL while loading a checkpoint/model, no other error: the host's "
                               "OOM killer (every rank loading the full state into RAM)")
+            elif pressure is not None:
+                e.category, e.domain, e.tier, e.action = Category.oom_host, Domain.application, 2, Action.stop_no_retry
+                e.upgraded = (f"killed by SIGKILL with host memory at {pct_text(pressure)} just before: the host's "
+                              "OOM killer (host RAM exhausted, e.g. by ZeRO CPU offload)")
     # 3i. a hang whose last activity was loading/downloading a checkpoint: the storage stalled
     for e in evs:
         if e.m.role == "root" and e.category == Category.hang and e.source == ctx.bundle.job_log_source and e.line_no:
@@ -527,7 +563,7 @@ def _decide(ctx: _Ctx) -> Attribution:
             if culprit_nodes:
                 extra += f" Slurm reports {', '.join(culprit_nodes)} down/drained: the fault is placed there."
     elif (dom == Domain.system and act in (Action.requeue_exclude_nodes, Action.drain_and_requeue)) or (
-            cat in (Category.nvlink, Category.gpu_hardware, Category.gpu_memory_ecc)):
+            cat in (Category.nvlink, Category.gpu_hardware, Category.gpu_memory_ecc)) or sig.id in _AVOID_NODE_SIGS:
         # node-local system faults (memlock limit, /dev/shm, fabric manager, ACS/IOMMU, a wedged
         # mount) and NVLink/GPU faults of unproven severity: the node is where it happened
         for e in roots:
