@@ -68,7 +68,10 @@ def _apply_hardware_typical(ctx: _Ctx) -> None:
 _NVLINK_XIDS = {74, 144, 145, 146, 147, 148, 149, 150}
 _GPU_FAULT_XIDS = {31, 43, 48}
 _GPU_FAULT_SIGS = {"cuda.oom", "cuda.cudnn_error", "cuda.dnn_init_failed"}
-_SYSTEM_HINTS = {"host.p2p_blocker"}
+_SYSTEM_HINTS = {"host.p2p_blocker", "host.iommu_fault"}
+_DMA_FAULT_HINTS = {"host.iommu_fault"}
+"""IOMMU faults are DMA the node blocked: beside a CUDA error of unknown cause (an illegal access by
+a peer-to-peer copy) they explain it too, not only hangs and NCCL errors."""
 _WATCHDOG_SIGS = {"nccl.watchdog_timeout", "nccl.watchdog_terminated", "nccl.heartbeat_timeout"}
 
 
@@ -220,8 +223,11 @@ def _apply_field_rules(ctx: _Ctx) -> None:
     #     error of unknown cause: the node's configuration is at fault (system), requeue without it
     hints = [e for e in evs if e.m.id in _SYSTEM_HINTS]
     if hints:
+        explains = {Category.hang, Category.nccl_error}
+        if any(h.m.id in _DMA_FAULT_HINTS for h in hints):
+            explains.add(Category.cuda_error)
         for e in evs:
-            if (e.m.role == "root" and e.category in (Category.hang, Category.nccl_error)
+            if (e.m.role == "root" and e.category in explains
                     and e.domain == Domain.unknown):
                 e.domain, e.action = Domain.system, Action.requeue_exclude_nodes
                 e.node = e.node or hints[0].node

@@ -56,3 +56,50 @@ def test_megatron_persistent_error_after_the_rerun_still_drains_the_gpu():
     a = attribute(_job(log, ["gpu-node-001", "gpu-node-002"]))
     assert (a.category, a.domain, a.action) == (Category.gpu_hardware, Domain.hardware, Action.drain_and_requeue)
     assert a.culprit_nodes == ["gpu-node-002"]
+
+
+_LAYOUT = "SLURM_NODELIST=gpu-node-[001-002]\nSLURM_TASKS_PER_NODE=8(x2)\n"
+_PROGRESS = "".join(f"2024-05-01T10:{m:02d}:00Z [rank0]: iteration {100 + m}/9000 | loss 2.1 | 600 ms/it\n"
+                    for m in range(10))
+
+
+def test_iommu_dma_fault_on_the_node_makes_an_nccl_illegal_access_a_node_system_fault():
+    log = _LAYOUT + _PROGRESS + (
+        "[rank11]: RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1275, "
+        "unhandled cuda error (run with NCCL_DEBUG=INFO for details), NCCL version 2.18.1\n"
+        "Cuda failure 'an illegal memory access was encountered'\n")
+    b = _job(log, ["gpu-node-001", "gpu-node-002"])
+    b.kernel_logs = {"gpu-node-002": [
+        "May  1 10:39:58 gpu-node-002 kernel: DMAR: DRHD: handling fault status reg 2",
+        "May  1 10:39:58 gpu-node-002 kernel: DMAR: [DMA Read NO_PASID] Request device [3b:00.0] fault addr "
+        "0x1fffc0000 [fault reason 0x06] PTE Read access is not set"]}
+    a = attribute(b)
+    assert a.domain == Domain.system
+    assert a.culprit_nodes == ["gpu-node-002"]
+    assert a.action == Action.requeue_exclude_nodes
+
+
+def test_iommu_fault_alone_raises_no_incident():
+    b = _job(_LAYOUT + _PROGRESS, ["gpu-node-001", "gpu-node-002"])
+    b.job.state = "RUNNING"
+    b.kernel_logs = {"gpu-node-002": ["May  1 10:39:58 gpu-node-002 kernel: DMAR: DRHD: handling fault status reg 2"]}
+    assert attribute(b).category == Category.none
+
+
+def test_mlx5_port_link_down_names_the_host_beside_its_ib_completion_error():
+    log = _LAYOUT + _PROGRESS + (
+        "gpu-node-002:41822:41901 [0] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from peer "
+        "10.0.1.1<49312> with error 12, opcode 1, len 0, vendor err 129\n")
+    b = _job(log, ["gpu-node-001", "gpu-node-002"])
+    b.kernel_logs = {"gpu-node-002": ["May  1 10:39:50 gpu-node-002 kernel: mlx5_core 0000:ab:00.0 mlx5_5: Port: 1 Link DOWN"]}
+    a = attribute(b)
+    assert (a.domain, a.culprit_nodes, a.action) == (Domain.hardware, ["gpu-node-002"], Action.requeue_exclude_nodes)
+
+
+def test_flightrecorder_terminate_after_dump_is_a_hang():
+    log = _LAYOUT + _PROGRESS + (
+        "[rank3]:[F501 10:40:00.100000 ProcessGroupNCCL.cpp:1224] [PG ID 0 PG GUID 0(default_pg) Rank 3] Terminating "
+        "the process after attempting to dump debug info, due to collective timeout or exception.\n")
+    a = attribute(_job(log, ["gpu-node-001", "gpu-node-002"]))
+    assert a.category == Category.hang
+    assert a.root_event is not None and a.root_event.signature_id == "nccl.heartbeat_timeout"
