@@ -91,3 +91,32 @@ def test_history_arrives_through_bundle_json_shape():
         {"category": "gpu_memory_ecc", "domain": "hardware", "at": "2026-11-21T00:00:00Z", "incident_id": "inc-9"}]}}
     a = attribute(EvidenceBundle.model_validate(raw))
     assert a.culprit_nodes == ["gpu-node-008"]
+
+
+def test_a_case_folder_carries_node_history_in_bundle_json(tmp_path):
+    import json
+
+    from revive.attribution.cases import load_case
+
+    (tmp_path / "job.log").write_text(LOG + "\n")
+    (tmp_path / "slurm.json").write_text(json.dumps({"job_id": 48213, "nodes": ["gpu-node-007", "gpu-node-008"],
+                                                     "state": "FAILED"}))
+    (tmp_path / "bundle.json").write_text(json.dumps({"node_history": {"gpu-node-008": [
+        {"category": "gpu_hardware", "domain": "hardware", "at": "2026-11-20T08:00:00Z", "incident_id": "inc-77",
+         "reason": "Xid 79 fallen off the bus"}]}}))
+    a = attribute(load_case(tmp_path))
+    assert a.culprit_nodes == ["gpu-node-008"] and a.action == Action.drain_and_requeue
+    assert "inc-77" in a.explanation
+
+
+def test_malformed_node_history_is_a_note_not_a_crash(tmp_path):
+    import json
+
+    from revive.attribution.cases import load_case
+
+    (tmp_path / "job.log").write_text(LOG + "\n")
+    (tmp_path / "bundle.json").write_text(json.dumps({"node_history": {"gpu-node-008": [{"category": "melted"}]}}))
+    b = load_case(tmp_path)
+    assert any("bundle.json invalid" in n for n in b.notes)
+    a = attribute(b)
+    assert a.domain != Domain.hardware
