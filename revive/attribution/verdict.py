@@ -135,6 +135,28 @@ def _stalled_on_checkpoint_io(lines: list[str], end: int) -> bool:
     return False
 
 
+_PREPROCESS = re.compile(r"Running tokenizer on dataset|Grouping texts in chunks|Tokeniz(?:ing|e) (?:the )?(?:train(?:ing)? )?"
+                         r"(?:dataset|data)\b|[Pp]reprocess(?:ing)? (?:the )?(?:train(?:ing)? )?(?:dataset|data)\b|"
+                         r"^(?:\S+: )?Map(?: \(num_proc=\d+\))?:\s+\d+%")
+"""Dataset preprocessing progress (Hugging Face ``datasets`` ``map`` bars and the transformers example
+scripts' ``desc=`` strings such as "Running tokenizer on dataset", "Grouping texts in chunks of N")."""
+
+
+def _preprocessing_before(lines: list[str], end: int) -> bool:
+    """One of the last 5 non-empty lines before ``end`` (0-based, exclusive) is dataset preprocessing."""
+    seen = 0
+    for j in range(end - 1, max(-1, end - 60), -1):
+        x = lines[j].strip()
+        if not x:
+            continue
+        seen += 1
+        if _PREPROCESS.search(x[:MAX_TEXT]):
+            return True
+        if seen >= 5:
+            return False
+    return False
+
+
 def _after(e: _Ev, ref: _Ev) -> bool:
     if e.ts is not None and ref.ts is not None:
         return e.ts >= ref.ts
@@ -194,6 +216,17 @@ def _apply_field_rules(ctx: _Ctx) -> None:
         if generic_nccl and all(_after(e, first_wd) for e in generic_nccl):
             for e in generic_nccl:
                 e.m = e.m.model_copy(update={"role": "cascade"})
+    # 3n. the first collectives timed out while a rank was still preprocessing its dataset: the
+    #     process-group timeout is shorter than the preprocessing - the job's configuration, it recurs
+    if wd:
+        lines_all = ctx.bundle.job_log.split("\n") if ctx.bundle.job_log else []
+        first = min(wd, key=lambda e: e.seq)
+        if first.source == ctx.bundle.job_log_source and first.line_no and _preprocessing_before(lines_all, first.line_no - 1):
+            for e in wd:
+                e.category, e.domain, e.action = Category.hang, Domain.application, Action.stop_no_retry
+                e.upgraded = ("the collective timed out while a rank was still preprocessing its dataset: the "
+                              "process-group timeout is shorter than the preprocessing (raise it, or preprocess "
+                              "before the process group starts)")
     # 3d. an IB completion error that names the local HCA (NCCL 2.19+ "hca mlx5_N"): the host's link
     for e in evs:
         if e.m.id in ("nccl.ib_completion_error", "nccl.ib_retry_exceeded") and e.node and _HCA.search(e.text):

@@ -103,3 +103,20 @@ def test_flightrecorder_terminate_after_dump_is_a_hang():
     a = attribute(_job(log, ["gpu-node-001", "gpu-node-002"]))
     assert a.category == Category.hang
     assert a.root_event is not None and a.root_event.signature_id == "nccl.heartbeat_timeout"
+
+
+_WD = ("gpu-node-002: [E ProcessGroupNCCL.cpp:737] [Rank 8] Watchdog caught collective operation timeout: "
+       "WorkNCCL(SeqNum=1, OpType=BROADCAST, Timeout(ms)=900000) ran for 900412 milliseconds before timing out.\n")
+
+
+def test_first_collective_timing_out_during_dataset_preprocessing_is_the_jobs_configuration():
+    log = ("gpu-node-002: Running tokenizer on dataset:  37%|███▋      | 74000/200000 [14:41<25:03, 83.81 examples/s]\n"
+           + _WD)
+    a = attribute(_job(log, ["gpu-node-001", "gpu-node-002"]))
+    assert (a.category, a.domain, a.action) == (Category.hang, Domain.application, Action.stop_no_retry)
+    assert "preprocessing" in a.explanation
+
+
+def test_a_collective_timing_out_mid_training_stays_a_hang_of_unknown_cause():
+    a = attribute(_job(_LAYOUT + _PROGRESS + _WD, ["gpu-node-001", "gpu-node-002"]))
+    assert (a.category, a.domain, a.action) == (Category.hang, Domain.unknown, Action.restart_in_place)
