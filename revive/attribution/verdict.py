@@ -570,6 +570,11 @@ def _decide(ctx: _Ctx) -> Attribution:
         cat, dom, act = Category.hang, Domain.application, Action.stop_no_retry
         teardown = (" Training had already reached its last iteration before the time limit: the processes "
                     "hung on exit (teardown), not a wall-time problem.")
+    elif cat == Category.timeout and (stalled := _silent_hang(ctx)):
+        # the time limit only ended a run that had already stopped progressing: a silent hang
+        cat, dom, act = Category.hang, Domain.application, Action.restart_in_place
+        teardown = (f" Before the time limit the run had hung: {stalled}. The time limit ended a hang; restart "
+                    "in place, and if it recurs at the same point it is the application's (collect py-spy stacks).")
 
     # same-tier hardware conflict: different nodes with different hardware faults → keep all nodes
     culprit_nodes: list[str] = []

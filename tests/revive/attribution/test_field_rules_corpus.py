@@ -120,3 +120,21 @@ def test_first_collective_timing_out_during_dataset_preprocessing_is_the_jobs_co
 def test_a_collective_timing_out_mid_training_stays_a_hang_of_unknown_cause():
     a = attribute(_job(_LAYOUT + _PROGRESS + _WD, ["gpu-node-001", "gpu-node-002"]))
     assert (a.category, a.domain, a.action) == (Category.hang, Domain.unknown, Action.restart_in_place)
+
+
+def test_time_limit_hours_after_progress_stopped_is_a_hang_the_limit_ended():
+    log = _LAYOUT + _PROGRESS + (
+        "slurmstepd: error: *** JOB 1234 ON gpu-node-001 CANCELLED AT 2024-05-01T14:09:30 DUE TO TIME LIMIT ***\n")
+    b = _job(log, ["gpu-node-001", "gpu-node-002"])
+    b.job.state = "TIMEOUT"
+    a = attribute(b)
+    assert (a.category, a.action) == (Category.hang, Action.restart_in_place)
+    assert "time limit ended a hang" in a.explanation
+
+
+def test_time_limit_while_progress_was_still_flowing_is_a_timeout():
+    log = _LAYOUT + _PROGRESS + (
+        "slurmstepd: error: *** JOB 1234 ON gpu-node-001 CANCELLED AT 2024-05-01T10:10:30 DUE TO TIME LIMIT ***\n")
+    b = _job(log, ["gpu-node-001", "gpu-node-002"])
+    b.job.state = "TIMEOUT"
+    assert attribute(b).category == Category.timeout
