@@ -484,6 +484,18 @@ def find_attempt_start(data: bytes, attempt: int, started_at: datetime | None, w
     return AttemptStart(n, AttemptRule.new_lines)
 
 
+_CKPT_B = re.compile(rb"(?:saved|resumed from) checkpoint at iteration\s+(\d+)")
+
+
+def last_checkpoint(data: bytes) -> int | None:
+    """The iteration of the last ``saved checkpoint at iteration N`` / ``resumed from checkpoint at
+    iteration N`` line in ``data`` (earlier attempts' lines, for a tracker rebuilt after them)."""
+    last = None
+    for m in _CKPT_B.finditer(data):
+        last = m
+    return int(last.group(1)) if last else None
+
+
 def restore_clock(t: AttemptTracker, now: float, wall: datetime) -> None:
     """After re-reading an attempt's lines at ``now`` (monotonic s), move the hang clock back to the
     attempt's last progress line: ``last_progress_mono`` = ``now`` − (``wall`` − its stamp), so a

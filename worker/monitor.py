@@ -92,6 +92,7 @@ from worker.detect import (
     default_scanner,
     fault_family,
     find_attempt_start,
+    last_checkpoint,
     restore_clock,
     root_hit,
 )
@@ -337,7 +338,9 @@ class Monitor:
             return
         cut = data.rfind(b"\n") + 1  # whole lines only; the partial last line is read later
         at = find_attempt_start(data[:cut], j.restarts, started, whole=base == 0)
+        keep = w.tracker.checkpoint if w.located else last_checkpoint(data[:at.offset])
         w.tracker, w.attempt, w.located, w.start_rule = self._tracker(j.restarts), j.restarts, True, at.rule
+        w.tracker.checkpoint = keep  # the last checkpoint before the attempt (its own lines may say which it loaded)
         log.info("job %s attempt %d starts at byte %d of %s (rule %s)", j.job_id, j.restarts, base + at.offset,
                  path, at.rule.value)
         if self.logs is None:

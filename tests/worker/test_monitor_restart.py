@@ -8,6 +8,7 @@ and sent a resubmitted job's fault to the old job's closed incident."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -18,7 +19,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 
 import revive.search_attributes as sa
 from revive.config import ClusterConfig
-from revive.models import JobRecord
+from revive.models import IncidentOutcome, IncidentResult, JobRecord
 from revive.policy import RecoveryPolicy
 from revive.scheduler.fake import FakeScheduler
 from tests.helpers.builders import progress
@@ -349,3 +350,64 @@ def test_restore_clock_counts_silence_from_the_last_stamp_only_for_zoned_stamps(
     naive.feed(f"{(wall - timedelta(seconds=40)).replace(tzinfo=None).isoformat()} [rank 0 host n1] iteration 3/9", 1000.0)
     restore_clock(naive, 1000.0, wall)
     assert naive.silent_for(1000.0) == 0.0
+
+
+class _ResumingScheduler(FakeScheduler):
+    """A requeue starts the next attempt at once: Slurm's record (RUNNING, Restarts+1, SubmitTime
+    reset, a new StartTime) and the attempt's first lines (resumed from checkpoint 10, progress)."""
+
+    log: Path
+
+    async def requeue(self, job_id: str, hold: bool = False) -> list[str]:
+        argv = await super().requeue(job_id, hold)
+        t = datetime.now(UTC).replace(microsecond=0)
+        j = self.jobs[str(job_id)]
+        self.jobs[str(job_id)] = j.model_copy(update={"state": "RUNNING", "start_time": t, "nodes": ["node3", "node4"]})
+        with self.log.open("a") as f:
+            f.write(attempt_lines(j.restart_count, t, 11, 14, host="node3"))
+        return argv
+
+
+@pytest.mark.temporal
+async def test_two_monitors_on_one_cluster_make_one_incident_and_one_action(local_env, tmp_path):
+    """Two unsharded monitors (two hosts, say) over the same fault, the production worker and the
+    dev server: the incident id dedupes, so one incident runs and the job is requeued once."""
+    import uuid
+
+    from worker.main import build_worker
+
+    name = f"two{uuid.uuid4().hex[:6]}"
+    (tmp_path / "nodes" / "node2").mkdir(parents=True)
+    for n in ("node1", "node2"):
+        (tmp_path / "nodes" / n).mkdir(parents=True, exist_ok=True)
+        (tmp_path / "nodes" / n / "kern.log").write_text("")
+    cfg = ClusterConfig(name=name, partitions=["gpu"], audit_file=str(tmp_path / "audit.jsonl"),
+                        state_dir=str(tmp_path / "a"),
+                        kernel_log={"path_template": str(tmp_path / "nodes" / "{node}" / "kern.log")})
+    pol = RecoveryPolicy(mode="auto", hang={"k": 5, "floor": 60}, verify={"timeout": 30, "poll_interval": 0.2})
+    log = tmp_path / "train-7.out"
+    s0 = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=13)
+    log.write_text(attempt_lines(0, s0, 1, 12))
+    sched = _ResumingScheduler(cluster=name, jobs=[job(log, submit_time=s0, start_time=s0, requeue=True)])
+    sched.log = log
+    tq = f"two-{uuid.uuid4().hex[:6]}"
+    client = local_env.client
+    a = Monitor(cfg, pol, client, sched, task_queue=tq)
+    b = Monitor(cfg.model_copy(update={"state_dir": str(tmp_path / "b")}), pol, client, sched, task_queue=tq)
+    async with build_worker(client, cfg, sched, task_queue=tq):
+        await a.poll_once()
+        await b.poll_once()
+        with log.open("a") as f:
+            f.write(lines(SEGV, "srun: error: node2: task 1: Exited with exit code 139"))
+        sched.jobs["7"] = sched.jobs["7"].model_copy(update={"state": "FAILED", "exit_code": "139:0"})
+        await b.poll_once()
+        await a.poll_once()
+        (iid,) = b.started
+        assert a.started == [] and a.watches["7"].opened == {0: iid}
+        res = await asyncio.wait_for(client.get_workflow_handle(iid, result_type=IncidentResult).result(), 90)
+        for m in (a, b):  # both keep watching the requeued job: nothing new is opened
+            await m.poll_once()
+    assert res.outcome == IncidentOutcome.recovered and res.executed.value == "restart_in_place", res
+    assert [c[0] for c in sched.mutating_calls] == ["requeue"]
+    ids = [wf.id async for wf in client.list_workflows(f"ReviveCluster='{name}'")]
+    assert ids == [iid] and a.started == [] and b.started == [iid]
