@@ -106,6 +106,11 @@ more than this is followed from this many bytes before the end)."""
 FINAL_LINES_S = 15.0
 """Seconds a job that left RUNNING keeps reading its log (the dying attempt's last lines)."""
 
+ATTEMPT_WAIT_S = 60.0
+"""A restarted job whose log is stamped but shows no line of the new attempt yet is looked at again
+each pass for up to this long (the dying attempt keeps writing after the requeue: its lines must not
+count as the new attempt's); then the log is followed from where it stands."""
+
 MEMO_KEY = "revive_job"
 """Incident memo: ``{"name", "user", "first_submit" (ISO), "attempt"}`` of the job, set at start
 (not a workflow command: no replay change), read back by a restarted monitor."""
@@ -169,6 +174,9 @@ class Watch:
     reaches this byte (local logs)."""
     ended_mono: float | None = None
     """When the job was last seen leaving RUNNING (monotonic s); None while it runs."""
+    wait_from: int | None = None
+    """The new attempt has printed nothing yet: the byte to look from on the next pass (local logs)."""
+    wait_since: float | None = None
 
 
 class Monitor:
@@ -327,7 +335,7 @@ class Monitor:
         started = j.attempt_started_at
         try:
             if self.logs is None:
-                base, data, inode = _read_tail(path, REBUILD_MAX_BYTES)
+                base, data, inode = _read_tail(path, REBUILD_MAX_BYTES, w.wait_from)
             else:
                 data, size = await self.logs.read_tail(path, REBUILD_MAX_BYTES, job_id=j.job_id)
                 base, inode = size - len(data), 0
@@ -338,6 +346,17 @@ class Monitor:
             return
         cut = data.rfind(b"\n") + 1  # whole lines only; the partial last line is read later
         at = find_attempt_start(data[:cut], j.restarts, started, whole=base == 0)
+        waiting = w.wait_from is not None  # the log is stamped: read on from where the last look stopped
+        if (self.logs is None and inode >= 0 and at.offset == cut and (at.rule == AttemptRule.start_time or waiting)
+                and (w.wait_since is None or now - w.wait_since < ATTEMPT_WAIT_S)):
+            # stamped lines, none of the new attempt yet: what comes next may still be the dying
+            # attempt's (srun's last words after the requeue); look again on the next pass
+            if w.wait_since is None:
+                w.wait_since = now
+                log.info("job %s attempt %d started %s; its log has no line of it yet", j.job_id, j.restarts, started)
+            w.wait_from = base + cut
+            return
+        w.wait_from = w.wait_since = None
         keep = w.tracker.checkpoint if w.located else last_checkpoint(data[:at.offset])
         w.tracker, w.attempt, w.located, w.start_rule = self._tracker(j.restarts), j.restarts, True, at.rule
         w.tracker.checkpoint = keep  # the last checkpoint before the attempt (its own lines may say which it loaded)
@@ -586,12 +605,15 @@ def _quote(v: str) -> str:
     return "'" + v.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def _read_tail(path: str, max_bytes: int) -> tuple[int, bytes, int]:
-    """(offset of the first byte read, the last ``max_bytes`` bytes, inode) of a local file."""
+def _read_tail(path: str, max_bytes: int, start: int | None = None) -> tuple[int, bytes, int]:
+    """(offset of the first byte read, the last ``max_bytes`` bytes — or those from ``start`` on
+    when that is less —, inode) of a local file."""
     fd = os.open(path, os.O_RDONLY)
     try:
         st = os.fstat(fd)
         base = max(0, st.st_size - max_bytes)
+        if start is not None and base < start <= st.st_size:
+            base = start
         return base, os.pread(fd, st.st_size - base, base), st.st_ino
     finally:
         os.close(fd)

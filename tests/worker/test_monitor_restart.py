@@ -411,3 +411,29 @@ async def test_two_monitors_on_one_cluster_make_one_incident_and_one_action(loca
     assert [c[0] for c in sched.mutating_calls] == ["requeue"]
     ids = [wf.id async for wf in client.list_workflows(f"ReviveCluster='{name}'")]
     assert ids == [iid] and a.started == [] and b.started == [iid]
+
+
+async def test_the_dying_attempts_last_lines_after_a_requeue_never_open_the_next_attempts_incident(tmp_path):
+    cfg, pol, log = setup(tmp_path)
+    now = datetime.now(UTC).replace(microsecond=0)
+    s0 = now - timedelta(seconds=13)
+    log.write_text(attempt_lines(0, s0, 1, 12) + lines(GPU_FAULT))
+    sched = FakeScheduler(cluster="c", jobs=[job(log, submit_time=s0, start_time=s0)])
+    temporal = FakeTemporal()
+    m = Monitor(cfg, pol, temporal, sched)  # type: ignore[arg-type]
+    await m.poll_once()
+    a0 = f"c-7-{stamp(s0)}-a0"
+    t1 = now + timedelta(seconds=1)
+    requeue(sched, now, t1)  # Slurm already shows attempt 1 RUNNING …
+    await m.poll_once()
+    assert m.watches["7"].wait_from is not None  # … but its log has no line of attempt 1 yet
+    with log.open("a") as f:  # srun of attempt 0 is still dying
+        f.write(lines("srun: error: node2: task 1: Killed", "srun: error: node1: task 0: Terminated"))
+    await m.poll_once()
+    with log.open("a") as f:
+        f.write(attempt_lines(1, t1, 11, 13))
+    await m.poll_once()
+    w = m.watches["7"]
+    assert (w.attempt, w.start_rule, w.wait_from) == (1, AttemptRule.marker, None)
+    assert list(temporal.wfs) == [a0] and temporal.refused == []  # no incident for attempt 1
+    assert w.tracker.checkpoint == 10 and w.tracker.last_iteration == 13
