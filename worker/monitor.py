@@ -111,6 +111,11 @@ ATTEMPT_WAIT_S = 60.0
 each pass for up to this long (the dying attempt keeps writing after the requeue: its lines must not
 count as the new attempt's); then the log is followed from where it stands."""
 
+ATTEMPT_RUNS = frozenset({JobState.RUNNING, JobState.CONFIGURING})
+"""States in which the current attempt (restart count) is known to run, so its StartTime is its own.
+Right after a requeue Slurm shows the new restart count while the old attempt is still torn down
+(``COMPLETING``, with a StartTime that is not the new attempt's): its last lines are not the new one's."""
+
 MEMO_KEY = "revive_job"
 """Incident memo: ``{"name", "user", "first_submit" (ISO), "attempt"}`` of the job, set at start
 (not a workflow command: no replay change), read back by a restarted monitor."""
@@ -389,11 +394,10 @@ class Monitor:
                 text=hit.text, source=j.std_out, line_no=line_no), fault_family(hit.category))
 
     async def _follow(self, w: Watch, j: JobRecord, now: float, reads: bool = True) -> None:
-        if j.restarts != w.attempt or not w.located:
-            if j.attempt_started:
-                if j.restarts != w.attempt:
-                    log.info("job %s: attempt %d → %d (scheduler restart count)", j.job_id, w.attempt, j.restarts)
-                await self._locate(w, j, now)
+        if (j.restarts != w.attempt or not w.located) and j.state in ATTEMPT_RUNS:
+            if j.restarts != w.attempt and w.wait_since is None:
+                log.info("job %s: attempt %d → %d (scheduler restart count)", j.job_id, w.attempt, j.restarts)
+            await self._locate(w, j, now)
         t = w.tracker
         if j.std_out and reads and w.located:
             for line_no, text in await self._new_lines(t, j, now):

@@ -437,3 +437,32 @@ async def test_the_dying_attempts_last_lines_after_a_requeue_never_open_the_next
     assert (w.attempt, w.start_rule, w.wait_from) == (1, AttemptRule.marker, None)
     assert list(temporal.wfs) == [a0] and temporal.refused == []  # no incident for attempt 1
     assert w.tracker.checkpoint == 10 and w.tracker.last_iteration == 13
+
+
+async def test_a_requeued_job_still_completing_is_not_its_next_attempt_yet(tmp_path):
+    """Right after a requeue Slurm shows Restarts+1 while the old attempt is torn down (COMPLETING);
+    a rank released from a hang then prints one more stamped iteration: it is attempt 0's line."""
+    cfg, pol, log = setup(tmp_path)
+    now = datetime.now(UTC).replace(microsecond=0)
+    s0 = now - timedelta(seconds=13)
+    log.write_text(attempt_lines(0, s0, 1, 12))
+    sched = FakeScheduler(cluster="c", jobs=[job(log, submit_time=s0, start_time=s0)])
+    temporal = FakeTemporal()
+    m = Monitor(cfg, pol, temporal, sched)  # type: ignore[arg-type]
+    await m.poll_once()
+    sched.jobs["7"] = sched.jobs["7"].model_copy(update={"restart_count": 1, "state": "COMPLETING",
+                                                         "submit_time": now, "start_time": now})
+    with log.open("a") as f:
+        f.write(lines(progress(13, 0, "node1", now + timedelta(milliseconds=200))))
+    await m.poll_once()
+    assert m.watches["7"].attempt == 0
+    t1 = now + timedelta(seconds=8)
+    requeue(sched, now, t1)
+    sched.jobs["7"] = sched.jobs["7"].model_copy(update={"restart_count": 1})
+    with log.open("a") as f:
+        f.write(attempt_lines(1, t1, 11, 12))
+    await m.poll_once()
+    w = m.watches["7"]
+    assert (w.attempt, w.start_rule) == (1, AttemptRule.marker) and w.tracker.last_iteration == 12
+    # nobody but Slurm requeued it here: attempt 0 gets its "Slurm requeued the job itself" incident, attempt 1 none
+    assert list(temporal.wfs) == [f"c-7-{stamp(s0)}-a0"] and temporal.inputs[f"c-7-{stamp(s0)}-a0"].trigger.state_to == "REQUEUED"
