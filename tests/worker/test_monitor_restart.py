@@ -466,3 +466,20 @@ async def test_a_requeued_job_still_completing_is_not_its_next_attempt_yet(tmp_p
     assert (w.attempt, w.start_rule) == (1, AttemptRule.marker) and w.tracker.last_iteration == 12
     # nobody but Slurm requeued it here: attempt 0 gets its "Slurm requeued the job itself" incident, attempt 1 none
     assert list(temporal.wfs) == [f"c-7-{stamp(s0)}-a0"] and temporal.inputs[f"c-7-{stamp(s0)}-a0"].trigger.state_to == "REQUEUED"
+
+
+def test_the_scheduler_gives_the_attempt_and_when_it_started():
+    """``restarts`` / ``attempt_started_at`` from ``scontrol show job -o`` and from slurmrestd, as a
+    requeued job looks in Slurm 22.05 (PENDING: StartTime is a forecast; RUNNING: the attempt's)."""
+    from revive.scheduler.slurm_cli import parse_job_line
+    from revive.scheduler.slurm_rest import job_from_rest
+
+    line = ("JobId=5 JobName=train UserId=alice(1000) JobState={st} Restarts=1 SubmitTime=2026-12-01T12:46:10 "
+            "StartTime=2026-12-01T12:46:16 Partition=gpu NodeList=node[1-2] StdOut=/tmp/t-5.out")
+    pending, running = parse_job_line(line.format(st="PENDING")), parse_job_line(line.format(st="RUNNING"))
+    assert pending.restarts == running.restarts == 1
+    assert pending.attempt_started_at is None and not pending.attempt_started
+    assert running.attempt_started_at == running.start_time and running.start_time is not None
+    rest = job_from_rest({"job_id": 5, "name": "train", "job_state": "RUNNING", "restart_cnt": 2,
+                          "submit_time": 1796129170, "start_time": 1796129176})
+    assert rest.restarts == 2 and rest.attempt_started_at == datetime.fromtimestamp(1796129176, UTC)
