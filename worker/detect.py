@@ -442,43 +442,50 @@ def find_attempt_start(data: bytes, attempt: int, started_at: datetime | None, w
     1. ``marker``: the last ``=== attempt restart=<attempt>`` line not stamped before ``started_at``
        (a resubmitted job writing to an old job's log prints restart=0 again, later);
     2. ``start_time``: the first line stamped at or after ``started_at`` (aware UTC, whole seconds
-       as Slurm prints StartTime); when lines are stamped but none that late, the attempt has printed
-       nothing yet (offset = ``len(data)``);
+       as Slurm prints StartTime), found walking back from the end to the last line stamped before
+       it (log lines are written in time order; only the attempt's lines are parsed); when lines are
+       stamped but none that late, the attempt has printed nothing yet (offset = ``len(data)``);
     3. ``whole_log``: attempt 0, ``whole`` and no stamped line: offset 0;
     4. ``new_lines``: offset = ``len(data)``.
 
     Works for ``--open-mode=append`` (attempts follow each other in one file) and Slurm's default
     (the file truncated when the attempt starts: rule 1, 2 or 3 gives its first line). Pure."""
-    marker: int | None = None
-    first_late: int | None = None
-    stamped = False
-    pos, n = 0, len(data)
+    n = len(data)
     head = b"=== attempt restart="
-    while pos < n:
-        end = data.find(b"\n", pos)
-        if end < 0:
-            end = n
-        line = data[pos:end]
-        if line.startswith(head):
-            a = parse_attempt(line[:200].decode("ascii", "replace"))
-            if a == attempt:
+    marker: int | None = None
+    hit = data.rfind(head)
+    while hit >= 0:  # markers, last first (only marker lines are looked at)
+        if hit == 0 or data[hit - 1] == 10:
+            end = data.find(b"\n", hit)
+            line = data[hit:n if end < 0 else end]
+            if parse_attempt(line[:200].decode("ascii", "replace")) == attempt:
                 parts = line.split()
                 ts = _line_stamp(parts[2]) if len(parts) > 2 else None
                 if started_at is None or ts is None or ts >= started_at:
-                    marker = pos
-        elif started_at is not None and first_late is None:
-            ts = _line_stamp(line)
-            if ts is not None:
-                stamped = True
-                if ts >= started_at:
-                    first_late = pos
-        pos = end + 1
+                    marker = hit
+                    break
+        hit = data.rfind(head, 0, hit) if hit > 0 else -1
     if marker is not None:
         return AttemptStart(marker, AttemptRule.marker)
-    if first_late is not None:
-        return AttemptStart(first_late, AttemptRule.start_time)
-    if stamped:
-        return AttemptStart(n, AttemptRule.start_time)
+    if started_at is not None:
+        # lines are written in time order: walk back from the end while lines are stamped at or
+        # after the start (only the attempt's own lines and the first older one are parsed)
+        first_late: int | None = None
+        stamped = False
+        end = n - 1 if n and data[n - 1] == 10 else n
+        while end > 0:
+            start = data.rfind(b"\n", 0, end) + 1
+            ts = _line_stamp(data[start:end])
+            if ts is not None:
+                stamped = True
+                if ts < started_at:
+                    break
+                first_late = start
+            end = start - 1
+        if first_late is not None:
+            return AttemptStart(first_late, AttemptRule.start_time)
+        if stamped:
+            return AttemptStart(n, AttemptRule.start_time)
     if attempt == 0 and whole:
         return AttemptStart(0, AttemptRule.whole_log)
     return AttemptStart(n, AttemptRule.new_lines)
