@@ -17,6 +17,7 @@ import statistics
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any
 
 from revive.logline import LINE_CAP, cap_bytes, cap_line, decode_line
@@ -397,3 +398,123 @@ class ChunkScanner:
 @functools.lru_cache(maxsize=1)
 def default_scanner() -> ChunkScanner:
     return ChunkScanner()
+
+
+# ----------------------------------------------------------------------------- attempt start
+class AttemptRule(StrEnum):
+    """Which rule found the first line of a job's current attempt in its log (``find_attempt_start``)."""
+
+    marker = "marker"
+    """Revive's own ``=== attempt restart=N <ISO time>`` line for this attempt (an optional extra:
+    its N equals the scheduler's restart count and its time is not before the attempt's start)."""
+    start_time = "start_time"
+    """The first line whose leading timestamp is at or after the attempt's start (the scheduler's
+    ``attempt_started_at``); undated lines right before it are left to the earlier attempt."""
+    whole_log = "whole_log"
+    """A first attempt (never restarted) whose whole log was read and carries no stamp: all of it."""
+    new_lines = "new_lines"
+    """Nothing tells the attempts apart (no marker, no stamps): only lines written from now on."""
+
+
+@dataclass(frozen=True)
+class AttemptStart:
+    offset: int
+    """Byte offset, within the buffer searched, of the attempt's first line (the buffer's length:
+    none of its lines belong to the attempt)."""
+    rule: AttemptRule
+
+
+def _line_stamp(line: bytes) -> datetime | None:
+    """The leading ISO-8601 stamp of a log line, aware (a stamp without zone is taken as UTC, as
+    ``AttemptTracker`` does), or None."""
+    if not line[:1].isdigit():
+        return None
+    ts = parse_ts(line[:48].decode("ascii", "replace"))
+    if ts is not None and ts.tzinfo is None:
+        ts = ts.replace(tzinfo=UTC)
+    return ts
+
+
+def find_attempt_start(data: bytes, attempt: int, started_at: datetime | None, whole: bool) -> AttemptStart:
+    """Where attempt ``attempt`` (the scheduler's restart count) begins in ``data`` (a log's last
+    bytes; ``whole``: the whole log, from byte 0). Rules, first that applies (``AttemptRule``):
+
+    1. ``marker``: the last ``=== attempt restart=<attempt>`` line not stamped before ``started_at``
+       (a resubmitted job writing to an old job's log prints restart=0 again, later);
+    2. ``start_time``: the first line stamped at or after ``started_at`` (aware UTC, whole seconds
+       as Slurm prints StartTime), found walking back from the end to the last line stamped before
+       it (log lines are written in time order; only the attempt's lines are parsed); when lines are
+       stamped but none that late, the attempt has printed nothing yet (offset = ``len(data)``);
+    3. ``whole_log``: attempt 0, ``whole`` and no stamped line: offset 0;
+    4. ``new_lines``: offset = ``len(data)``.
+
+    Works for ``--open-mode=append`` (attempts follow each other in one file) and Slurm's default
+    (the file truncated when the attempt starts: rule 1, 2 or 3 gives its first line). Pure."""
+    n = len(data)
+    head = b"=== attempt restart="
+    marker: int | None = None
+    hit = data.rfind(head)
+    while hit >= 0:  # markers, last first (only marker lines are looked at)
+        if hit == 0 or data[hit - 1] == 10:
+            end = data.find(b"\n", hit)
+            line = data[hit:n if end < 0 else end]
+            if parse_attempt(line[:200].decode("ascii", "replace")) == attempt:
+                parts = line.split()
+                ts = _line_stamp(parts[2]) if len(parts) > 2 else None
+                if started_at is None or ts is None or ts >= started_at:
+                    marker = hit
+                    break
+        hit = data.rfind(head, 0, hit) if hit > 0 else -1
+    if marker is not None:
+        return AttemptStart(marker, AttemptRule.marker)
+    if started_at is not None:
+        # lines are written in time order: walk back from the end while lines are stamped at or
+        # after the start (only the attempt's own lines and the first older one are parsed)
+        first_late: int | None = None
+        stamped = False
+        end = n - 1 if n and data[n - 1] == 10 else n
+        while end > 0:
+            start = data.rfind(b"\n", 0, end) + 1
+            ts = _line_stamp(data[start:end])
+            if ts is not None:
+                stamped = True
+                if ts < started_at:
+                    break
+                first_late = start
+            end = start - 1
+        if first_late is not None:
+            return AttemptStart(first_late, AttemptRule.start_time)
+        if stamped:
+            return AttemptStart(n, AttemptRule.start_time)
+    if attempt == 0 and whole:
+        return AttemptStart(0, AttemptRule.whole_log)
+    return AttemptStart(n, AttemptRule.new_lines)
+
+
+_CKPT_B = re.compile(rb"(?:saved|resumed from) checkpoint at iteration\s+(\d+)")
+
+
+def last_checkpoint(data: bytes) -> int | None:
+    """The iteration of the last ``saved checkpoint at iteration N`` / ``resumed from checkpoint at
+    iteration N`` line in ``data`` (earlier attempts' lines, for a tracker rebuilt after them)."""
+    last = None
+    for m in _CKPT_B.finditer(data):
+        last = m
+    return int(last.group(1)) if last else None
+
+
+def restore_clock(t: AttemptTracker, now: float, wall: datetime) -> None:
+    """After re-reading an attempt's lines at ``now`` (monotonic s), move the hang clock back to the
+    attempt's last progress line: ``last_progress_mono`` = ``now`` − (``wall`` − its stamp), so a
+    restarted monitor sees a job that hung before the restart as silent for as long as it really
+    was. Lines without stamps, or stamped without a zone (whose offset to ``wall`` is a guess),
+    leave the clock at ``now`` (silence counts from the re-read)."""
+    ts = t.last_progress_ts
+    if ts is None or ts.tzinfo is None or t.last_progress_mono is None:
+        return
+    age = (wall - ts).total_seconds()
+    if age <= 0:
+        return
+    t.last_progress_mono = now - age
+    if t.first_progress_mono is None or t.first_progress_mono > t.last_progress_mono:
+        t.first_progress_mono = t.last_progress_mono
