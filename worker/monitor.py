@@ -59,7 +59,7 @@ from revive.models import (
 from revive.policy import RecoveryPolicy
 from revive.scheduler.base import Scheduler
 from revive.site import LocalLogs, LogReader, build_site
-from revive.tail import Follower
+from revive.tail import PREFETCH_THREADS, Follower
 from worker.detect import AttemptTracker, default_scanner, fault_family, root_hit
 
 log = logging.getLogger("revive.monitor")
@@ -137,6 +137,8 @@ class Monitor:
         """Job logs elsewhere (the login node over SFTP, a log store); None: local files, read as
         chunks through ``self.follower`` and the chunk scanner."""
         self.scanner = default_scanner()
+        self.prefetch_threads = PREFETCH_THREADS
+        """Threads a pass stats and reads the local logs on before scanning them (0: read inline)."""
         self._jobs: list[JobRecord] = []
         self._last_list: float | None = None
         self._last_save: float | None = None
@@ -193,6 +195,9 @@ class Monitor:
                           last_state=j.state, last_restart=j.restart_count)
                 self.watches[j.job_id] = w
                 log.info("watching job %s (%s) log %s", j.job_id, j.name, j.std_out)
+        if self.logs is None and self.prefetch_threads > 0:  # local files: stat + read on threads, then scan
+            paths = [j.std_out for job_id in self.watches if (j := live.get(job_id)) is not None and j.std_out]
+            await asyncio.to_thread(self.follower.prefetch, paths, self.prefetch_threads)
         for job_id, w in list(self.watches.items()):
             j = live.get(job_id)
             if j is None:
