@@ -31,6 +31,14 @@ system is itself a hang)."""
 
 
 
+def _parse_stamp(stamp: str) -> datetime | None:
+    """``revive.progress.parse_ts`` for a stamp its ``TS_RE`` already matched."""
+    try:
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
 @dataclass
 class LineHit:
     line_no: int
@@ -117,15 +125,17 @@ class AttemptTracker:
                 return
             iteration = int(g.group("it"))
         if self.last_iteration is None or iteration > self.last_iteration:
-            self._advance(iteration, text)
+            self._advance(iteration, text, m.group("ts") if m is not None else None)
         if self.first_progress_mono is None:
             self.first_progress_mono = now
         self.last_progress_mono = now
         self.paused_s = 0.0
 
-    def _advance(self, iteration: int, text: str) -> None:
-        """A new highest iteration: record it, its stamp, and the step interval since the last one."""
-        raw_ts = parse_ts(text)
+    def _advance(self, iteration: int, text: str, stamp: str | None = None) -> None:
+        """A new highest iteration: record it, its stamp, and the step interval since the last one.
+        ``stamp``: the line's leading ISO stamp when a caller's regex already matched it (what
+        ``parse_ts(text)`` would match), saving the stamp regex."""
+        raw_ts = parse_ts(text) if stamp is None else _parse_stamp(stamp)
         ts = raw_ts
         if ts is not None and ts.tzinfo is None:  # ranks may mix naive and zoned stamps
             ts = ts.replace(tzinfo=UTC)
@@ -140,15 +150,15 @@ class AttemptTracker:
         self.last_iteration = iteration
         self.last_progress_ts = raw_ts
 
-    def feed_progress(self, found: list[tuple[bytes, bytes, bytes, bytes, bytes]], now: float) -> None:
+    def feed_progress(self, found: list[tuple[bytes, bytes, bytes, bytes, bytes, bytes]], now: float) -> None:
         """``feed`` for a run of demo-format progress lines, all at ``now``, already matched:
-        (line, rank, iteration, compute_ms, step_time_ms) bytes per line (``ChunkScanner``)."""
+        (line, stamp, rank, iteration, compute_ms, step_time_ms) bytes per line (``ChunkScanner``)."""
         last: dict[int, bytes] = {}
         mr = self._min_rank
         step_ms = self.step_ms
         seen = False
         try:
-            for line, rank_b, it_b, comp, step_b in found:
+            for line, ts_b, rank_b, it_b, comp, step_b in found:
                 iteration, rank = int(it_b), int(rank_b)
                 step = float(step_b) if step_b else None
                 if comp:
@@ -161,7 +171,7 @@ class AttemptTracker:
                     if len(step_ms) > 2000:
                         del step_ms[20:1020]
                 if self.last_iteration is None or iteration > self.last_iteration:
-                    self._advance(iteration, line.decode("ascii"))
+                    self._advance(iteration, "", ts_b.decode("ascii"))
                 seen = True
         finally:
             for rank, line in last.items():
@@ -258,10 +268,10 @@ _SUMMARY_MIN = 4096
 """Runs shorter than this (bytes) take the per-line loop: the summary's fixed cost is not worth it."""
 _PRINTABLE = bytes([9, 10, *range(0x20, 0x7F)])
 _PROGRESS_B = re.compile(
-    rb"(?m)^((?:\d{4}-\d\d-\d\dT[\d:.]+(?:[+-]\d\d:\d\d|Z)?)[ \t]+\[rank (\d+) host [^\]\s]+\][ \t]+"
+    rb"(?m)^((\d{4}-\d\d-\d\dT[\d:.]+(?:[+-]\d\d:\d\d|Z)?)[ \t]+\[rank (\d+) host [^\]\s]+\][ \t]+"
     rb"iteration (\d+)/\d+(?:.*?compute_ms ([\d.]+))?(?:.*?step_time_ms ([\d.]+))?.*)")
-"""``revive.progress.PROGRESS_RE`` over bytes, one match per line (whole line, rank, iteration,
-compute_ms, step_time_ms). On printable ASCII (and tab) it matches exactly where the str pattern
+"""``revive.progress.PROGRESS_RE`` over bytes, one match per line (whole line, stamp, rank,
+iteration, compute_ms, step_time_ms). On printable ASCII (and tab) it matches exactly where the str pattern
 does: there ``\\s`` within a line is ``[ \\t]``."""
 
 _DEMO_LINE = (rb"\d{4}-\d\d-\d\dT[\d:.]+(?:[+-]\d\d:\d\d|Z)?[ \t]+\[rank \d+ host [\x21-\x5c\x5e-\x7e]+\][ \t]+"

@@ -297,3 +297,16 @@ def test_an_ill_formed_step_time_raises_as_the_per_line_path_does(tmp_path):
         _per_line([data], tmp_path / "a.log")
     with pytest.raises(ValueError):
         _chunked([data], tmp_path / "b.log", ChunkScanner())
+
+
+def test_a_stamp_that_is_not_a_date_counts_as_no_stamp_on_every_path(tmp_path):
+    """Month 13 matches the stamp pattern but is no date: no step interval from that line, and
+    ``last_progress_ts`` None, whether the line went per line, through feed_progress or the summary."""
+    bad = b"2026-13-29T00:00:09+00:00 [rank 0 host n0] iteration 999999/100000 | loss 0.5 | step_time_ms 20.0\n"
+    for data in (_busy_log(n=200, ranks=2) + bad,  # small: feed_progress
+                 _busy_log(n=3000, ranks=2) + bad + _busy_log(n=3000, ranks=2).split(b"\n", 1)[1]):
+        sc = ChunkScanner()
+        b = _chunked([data], tmp_path / "b.log", sc)
+        a = _per_line([data], tmp_path / "a.log")
+        assert a == b
+    assert b[1]["last_iteration"] == 999999 and sc.summarised > 0
