@@ -40,6 +40,13 @@ def test_bench_detect_small_prints_its_bench_line():
         _num(f[k])
 
 
+def test_bench_checkpoint_quick_prints_its_bench_line():
+    f = _bench("bench_checkpoint.py", "--quick")
+    for k in ("loop_ms", "log_mib", "save_latency_p50_ms", "save_latency_max_ms"):
+        _num(f[k])
+    assert f["saves"] == "3"
+
+
 @pytest.mark.slurm
 def test_bench_schedpoll_quick_times_every_access_path(slurm_cluster):
     p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_schedpoll.py"), "--quick"],
