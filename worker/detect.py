@@ -93,6 +93,9 @@ class AttemptTracker:
                 elif kind == "resumed":
                     self.checkpoint = it
                 return
+        if PROFILE_BAR in text:
+            self._feed_profile(text, now)
+            return
         m = PROGRESS_RE.match(text)
         if m is not None:
             iteration = int(m.group("it"))
@@ -118,6 +121,31 @@ class AttemptTracker:
             iteration = int(g.group("it"))
         if self.last_iteration is None or iteration > self.last_iteration:
             self._advance(iteration, text)
+        if self.first_progress_mono is None:
+            self.first_progress_mono = now
+        self.last_progress_mono = now
+        self.paused_s = 0.0
+
+    def _feed_profile(self, text: str, now: float) -> None:
+        """A progress-bar line of a framework profile (``revive/profiles/profiles.yaml``: tqdm, HF
+        Trainer, Lightning): its last ``Iteration`` event counts as a progress line. Such lines carry
+        no timestamp, so the step interval is the bar's own rate (``s/it`` or ``1/(it/s)``)."""
+        from revive.profiles.extract import Iteration, default_extractor
+
+        last = None
+        for ev in default_extractor().events(text):
+            if isinstance(ev, Iteration):
+                last = ev
+        if last is None:
+            return
+        if self.last_iteration is None or last.iter > self.last_iteration:
+            step = last.step_time_s
+            if step is not None and 0 < step <= MAX_STEP_INTERVAL_S:
+                self.step_intervals.append(step)
+                if len(self.step_intervals) > 200:
+                    del self.step_intervals[:-200]
+            self.last_iteration = last.iter
+        self.last_by_rank[f"rank {last.rank if last.rank is not None else 0}"] = text.rsplit("\r", 1)[-1][:1024]
         if self.first_progress_mono is None:
             self.first_progress_mono = now
         self.last_progress_mono = now
@@ -228,7 +256,11 @@ def fault_family(category: str) -> str:
 
 
 # ----------------------------------------------------------------------------- chunk scan
-PROGRESS_LITERALS = ("iteration", "=== attempt restart=")
+PROFILE_BAR = "%|"
+"""The literal of the profiles' progress-bar lines (tqdm's ``l_bar`` ends in ``%|``): such a line goes
+to the profile extractor (``AttemptTracker._feed_profile``)."""
+
+PROGRESS_LITERALS = ("iteration", "=== attempt restart=", PROFILE_BAR)
 """Every line ``AttemptTracker.feed`` acts on contains one of these (attempt markers, checkpoint
 and progress lines all do); a line with none of them and no catalog literal changes nothing."""
 
@@ -336,6 +368,7 @@ class ChunkScanner:
         special = dict(roots)
         special.update(self._literal_lines(data, b"=== attempt restart="))
         special.update(self._literal_lines(data, b"checkpoint at iteration"))
+        special.update(self._literal_lines(data, PROFILE_BAR.encode()))
         count = data.count
         pos, line_no = 0, first_line_no
         for ls in sorted(special) if len(special) > 1 else special:
