@@ -93,7 +93,7 @@ class AttemptTracker:
                 elif kind == "resumed":
                     self.checkpoint = it
                 return
-        if PROFILE_BAR in text:
+        if PROFILE_BAR in text or PROFILE_METRICS in text:
             self._feed_profile(text, now)
             return
         m = PROGRESS_RE.match(text)
@@ -130,13 +130,18 @@ class AttemptTracker:
         """A progress-bar line of a framework profile (``revive/profiles/profiles.yaml``: tqdm, HF
         Trainer, Lightning): its last ``Iteration`` event counts as a progress line. Such lines carry
         no timestamp, so the step interval is the bar's own rate (``s/it`` or ``1/(it/s)``)."""
-        from revive.profiles.extract import Iteration, default_extractor
+        from revive.profiles.extract import Iteration, Metrics, default_extractor
 
         last = None
+        alive = False
         for ev in default_extractor().events(text):
             if isinstance(ev, Iteration):
                 last = ev
+            elif isinstance(ev, Metrics):
+                alive = True
         if last is None:
+            if alive:  # HF's per-step log dict (stdout): a step finished, though it names no step
+                self._alive(now)
             return
         if self.last_iteration is None or last.iter > self.last_iteration:
             step = last.step_time_s
@@ -146,6 +151,9 @@ class AttemptTracker:
                     del self.step_intervals[:-200]
             self.last_iteration = last.iter
         self.last_by_rank[f"rank {last.rank if last.rank is not None else 0}"] = text.rsplit("\r", 1)[-1][:1024]
+        self._alive(now)
+
+    def _alive(self, now: float) -> None:
         if self.first_progress_mono is None:
             self.first_progress_mono = now
         self.last_progress_mono = now
@@ -260,7 +268,12 @@ PROFILE_BAR = "%|"
 """The literal of the profiles' progress-bar lines (tqdm's ``l_bar`` ends in ``%|``): such a line goes
 to the profile extractor (``AttemptTracker._feed_profile``)."""
 
-PROGRESS_LITERALS = ("iteration", "=== attempt restart=", PROFILE_BAR)
+PROFILE_METRICS = "{'loss': "
+"""The literal of HF Trainer's log dicts (``ProgressCallback.on_log`` → ``tqdm.write``: stdout, one
+line per ``logging_steps``). Under srun the bar (stderr, ``\\r`` only) reaches the log in bursts when
+srun's buffer for it fills, while these lines arrive per step: they keep the hang clock honest."""
+
+PROGRESS_LITERALS = ("iteration", "=== attempt restart=", PROFILE_BAR, PROFILE_METRICS)
 """Every line ``AttemptTracker.feed`` acts on contains one of these (attempt markers, checkpoint
 and progress lines all do); a line with none of them and no catalog literal changes nothing."""
 
@@ -369,6 +382,7 @@ class ChunkScanner:
         special.update(self._literal_lines(data, b"=== attempt restart="))
         special.update(self._literal_lines(data, b"checkpoint at iteration"))
         special.update(self._literal_lines(data, PROFILE_BAR.encode()))
+        special.update(self._literal_lines(data, PROFILE_METRICS.encode()))
         count = data.count
         pos, line_no = 0, first_line_no
         for ls in sorted(special) if len(special) > 1 else special:

@@ -17,6 +17,7 @@ from revive.tail import Follower
 from worker.detect import (
     MAX_STEP_INTERVAL_S,
     PROFILE_BAR,
+    PROFILE_METRICS,
     AttemptTracker,
     ChunkScanner,
     default_scanner,
@@ -47,7 +48,7 @@ class RefTracker(AttemptTracker):
             elif kind == "resumed":
                 self.checkpoint = it
             return
-        if PROFILE_BAR in text:  # a framework profile's progress bar (HF Trainer, Lightning, tqdm)
+        if PROFILE_BAR in text or PROFILE_METRICS in text:  # a framework's bar or HF log dict
             self._feed_profile(text, now)
             return
         p = parse_progress(text)

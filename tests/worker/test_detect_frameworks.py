@@ -50,3 +50,15 @@ def test_a_stalled_bar_line_is_not_new_progress_for_the_step_window():
     assert t.silent_for(4.0) == 3.0
     t.feed("Epoch 2:  33%|███▎      | 1/3 [00:00<00:00,  nonsense", 5.0)  # no event: changes nothing
     assert t.silent_for(6.0) == 5.0
+
+
+def test_hf_log_dicts_keep_the_hang_clock_running_between_bar_bursts():
+    # under srun the bar (stderr) arrives in bursts; the log dicts (stdout) arrive per step
+    t = AttemptTracker(k=5, floor_s=10)
+    t.feed("  0%|          | 11/100000 [00:05<18:22:20,  1.51it/s]", 0.0)
+    t.feed("{'loss': '1.384', 'grad_norm': '0.4502', 'learning_rate': '0.001', 'epoch': '0.02'}", 8.0)
+    assert t.last_iteration == 11 and t.silent_for(12.0) == 4.0 and not t.hung(12.0)
+    assert t.hung(18.5)
+    t2 = AttemptTracker(k=5, floor_s=10)
+    t2.feed("{'loss': '1.384', 'epoch': '0.02'}", 1.0)  # a log dict alone starts the clock too
+    assert t2.first_progress_mono == 1.0 and t2.last_iteration is None
