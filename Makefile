@@ -3,6 +3,7 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 FAULT ?= xid79
+FRAMEWORK ?= revive
 INTERACTIVE ?= 0
 KEEP ?= 0
 ACCESS ?= local
@@ -20,14 +21,15 @@ $(VENV)/.installed: pyproject.toml
 	  || { echo "cannot create a venv: install python3-venv (apt-get install python3-venv)"; exit 1; }
 	$(PY) -m pip install -q --upgrade pip
 	# torch==2.13.0 is pinned and installed with pip: pip takes the CPU wheel on this machine's disk
-	$(PY) -m pip install -q -e '.[dev,demo]'
+	# the frameworks extra (transformers, accelerate, pytorch-lightning): tests/e2e/test_frameworks.py, make demo FRAMEWORK=hf|lightning
+	$(PY) -m pip install -q -e '.[dev,demo,frameworks]'
 	@$(PY) -c "import torch; cpu = torch.version.cuda is None; print(f'torch {torch.__version__}: ' + ('CPU build' if cpu else 'CUDA build ' + torch.version.cuda))"
 	@touch $@
 
-venv: $(VENV)/.installed ## create the venv and install Revive with its dev and demo extras
+venv: $(VENV)/.installed ## create the venv and install Revive with its dev, demo and frameworks extras
 
-demo: venv ## a real recovery on a local Slurm cluster (FAULT=xid79|crash|hang INTERACTIVE=1 KEEP=1 ACCESS=local|ssh)
-	$(VENV)/bin/revive demo --fault $(FAULT) --access $(ACCESS) $(if $(filter 1,$(INTERACTIVE)),--interactive) $(if $(filter 1,$(KEEP)),--keep)
+demo: venv ## a real recovery on a local Slurm cluster (FAULT=xid79|crash|hang FRAMEWORK=revive|hf|lightning INTERACTIVE=1 KEEP=1 ACCESS=local|ssh)
+	$(VENV)/bin/revive demo --fault $(FAULT) --framework $(FRAMEWORK) --access $(ACCESS) $(if $(filter 1,$(INTERACTIVE)),--interactive) $(if $(filter 1,$(KEEP)),--keep)
 
 test: venv ## install what the tests need (venv, Slurm via scripts/cluster-up.sh, scripts/test-deps.sh) and run them
 	bash scripts/test-deps.sh

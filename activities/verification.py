@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 from temporalio import activity
@@ -125,7 +126,9 @@ class VerificationActivities:
                 else:
                     return VerifyResult(
                         recovered=True, job_state=state, nodes=nodes, resumed_from=profiled.loaded,
-                        first_iteration_after=profiled.first_after, resumed_at=profiled.first_after_at,
+                        first_iteration_after=profiled.first_after,
+                        # a bar line has no timestamp (HF Trainer, Lightning): when this poll read it
+                        resumed_at=profiled.first_after_at or datetime.now(UTC),
                         rule=profiled.rule,
                         detail=f"attempt {restarts} reached iteration {profiled.first_after} ({profiled.rule}; "
                                f"loaded {profiled.loaded}, last saved {inp.checkpoint_iteration}) on {','.join(nodes)}")

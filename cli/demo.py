@@ -22,6 +22,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from datetime import datetime
@@ -29,6 +30,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 FAULTS = ("xid79", "crash", "hang")
+FRAMEWORKS = ("revive", "hf", "lightning")
+"""``revive``: Revive's example job (examples/train.py, its own fault injection); ``hf`` / ``lightning``:
+an unmodified Hugging Face Trainer / PyTorch Lightning job (examples/hf, examples/lightning), the
+fault injected from outside it (``cli.framework_jobs``)."""
 
 
 def say(msg: str) -> None:
@@ -170,8 +175,33 @@ async def follow(cfg_path: Path, job: str, interactive: bool, ui: str, deadline_
     return {"incident": wid, "result": res}
 
 
-def run_demo(fault: str = "xid79", interactive: bool = False, keep: bool = False, access: str = "local") -> int:
+def submit_framework_job(framework: str, run: str, fault: str, state: Path, cluster_dir: Path,
+                         ) -> tuple[str, Path, Path, threading.Thread]:
+    """Submit the ``framework`` job and start the injector (a thread): ``fault`` on rank 1 once the
+    job saved its checkpoint at step 10. Returns (job, log, marker, injector thread)."""
+    from cli import framework_jobs
+
+    out_dir = state / "demo" / run
+    job, log, ckpt = framework_jobs.submit(dict(os.environ), framework, out_dir, '{"revive":{"policy":"demo"}}')
+    marker = out_dir / "fault.json"
+    kern = str(cluster_dir / "nodes" / "{node}" / "kern.log")
+
+    def go() -> None:
+        try:
+            framework_jobs.inject(framework, job, ckpt, fault, marker, kern_log_template=kern)
+        except (OSError, TimeoutError, RuntimeError, ValueError) as e:
+            say(f"fault injection failed: {e}")
+
+    t = threading.Thread(target=go, name="inject", daemon=True)
+    t.start()
+    return job, log, marker, t
+
+
+def run_demo(fault: str = "xid79", interactive: bool = False, keep: bool = False, access: str = "local",
+             framework: str = "revive") -> int:
     """Returns the process exit code (0 recovered, 1 not recovered, 2 setup error).
+
+    ``framework``: ``revive`` (the example job), ``hf`` or ``lightning`` (see ``FRAMEWORKS``).
 
     ``access="ssh"``: the worker and the monitor reach the cluster only through the SSH login node
     (``cluster-ssh.yaml``: Slurm commands, job logs, kernel logs and node commands over SSH)."""
@@ -181,6 +211,18 @@ def run_demo(fault: str = "xid79", interactive: bool = False, keep: bool = False
     if fault not in FAULTS:
         print(f"demo: unknown FAULT={fault!r}; choose one of {', '.join(FAULTS)}", file=sys.stderr)
         return 2
+    if framework not in FRAMEWORKS:
+        print(f"demo: unknown FRAMEWORK={framework!r}; choose one of {', '.join(FRAMEWORKS)}", file=sys.stderr)
+        return 2
+    if framework != "revive":
+        import importlib.util
+
+        need = ["transformers", "accelerate"] if framework == "hf" else ["pytorch_lightning"]
+        missing = [m for m in need if importlib.util.find_spec(m) is None]
+        if missing:
+            print(f"demo: FRAMEWORK={framework} needs {', '.join(missing)}: pip install -e '.[demo,frameworks]' "
+                  "(make venv installs it)", file=sys.stderr)
+            return 2
     if os.geteuid() != 0:
         print("demo: must run as root (slurmd runs jobs as their users; apt installs Slurm)", file=sys.stderr)
         return 2
@@ -207,12 +249,18 @@ def run_demo(fault: str = "xid79", interactive: bool = False, keep: bool = False
     say(f"worker and monitor started ({'through the SSH login node' if access == 'ssh' else 'local access'}; "
         f"logs: {state}/worker.log, {state}/monitor.log)")
     run = uuid.uuid4().hex[:8]
-    job, log, marker = submit_job(run, fault, state)
-    say(f"submitted job {job}: 2 nodes, gloo all-reduce every step, checkpoint every 10 steps; "
-        f"fault {fault} on rank 1's node (node2 on a fresh cluster) at iteration 15; log {log}")
+    if framework == "revive":
+        job, log, marker = submit_job(run, fault, state)
+        say(f"submitted job {job}: 2 nodes, gloo all-reduce every step, checkpoint every 10 steps; "
+            f"fault {fault} on rank 1's node (node2 on a fresh cluster) at iteration 15; log {log}")
+    else:
+        job, log, marker, _ = submit_framework_job(framework, run, fault, state, cluster_dir)
+        name = {"hf": "Hugging Face Trainer", "lightning": "PyTorch Lightning"}[framework]
+        say(f"submitted job {job}: an unmodified {name} job, DDP (gloo) on 2 nodes, its own checkpoint every "
+            f"10 steps; fault {fault} injected from outside on rank 1's process after checkpoint 10; log {log}")
     rc = 1
     try:
-        out = asyncio.run(follow(cfg_path, job, interactive, ui, deadline_s=240))
+        out = asyncio.run(follow(cfg_path, job, interactive, ui, deadline_s=240 if framework == "revive" else 420))
         res = out.get("result")
         fault_t = None
         if marker.exists():

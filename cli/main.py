@@ -772,11 +772,12 @@ def demo(
     interactive: Annotated[bool, typer.Option(help="wait for a person to approve")] = False,
     keep: Annotated[bool, typer.Option(help="leave everything running afterwards")] = False,
     access: Annotated[str, typer.Option(help="local | ssh (reach the cluster only through the SSH login node)")] = "local",
+    framework: Annotated[str, typer.Option(help="revive (the example job) | hf (HF Trainer) | lightning")] = "revive",
 ) -> None:
     """A real recovery on the local cluster: submit, inject a fault, detect, attribute, approve, act, verify."""
     from cli.demo import run_demo
 
-    rc = run_demo(fault=fault, interactive=interactive, keep=keep, access=access)
+    rc = run_demo(fault=fault, interactive=interactive, keep=keep, access=access, framework=framework)
     raise typer.Exit(rc)
 
 

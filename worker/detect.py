@@ -102,6 +102,9 @@ class AttemptTracker:
                 elif kind == "resumed":
                     self.checkpoint = it
                 return
+        if PROFILE_BAR in text or PROFILE_METRICS in text:
+            self._feed_profile(text, now)
+            return
         m = PROGRESS_RE.match(text)
         if m is not None:
             iteration = int(m.group("it"))
@@ -127,6 +130,39 @@ class AttemptTracker:
             iteration = int(g.group("it"))
         if self.last_iteration is None or iteration > self.last_iteration:
             self._advance(iteration, text, m.group("ts") if m is not None else None)
+        if self.first_progress_mono is None:
+            self.first_progress_mono = now
+        self.last_progress_mono = now
+        self.paused_s = 0.0
+
+    def _feed_profile(self, text: str, now: float) -> None:
+        """A progress-bar line of a framework profile (``revive/profiles/profiles.yaml``: tqdm, HF
+        Trainer, Lightning): its last ``Iteration`` event counts as a progress line. Such lines carry
+        no timestamp, so the step interval is the bar's own rate (``s/it`` or ``1/(it/s)``)."""
+        from revive.profiles.extract import Iteration, Metrics, default_extractor
+
+        last = None
+        alive = False
+        for ev in default_extractor().events(text):
+            if isinstance(ev, Iteration):
+                last = ev
+            elif isinstance(ev, Metrics):
+                alive = True
+        if last is None:
+            if alive:  # HF's per-step log dict (stdout): a step finished, though it names no step
+                self._alive(now)
+            return
+        if self.last_iteration is None or last.iter > self.last_iteration:
+            step = last.step_time_s
+            if step is not None and 0 < step <= MAX_STEP_INTERVAL_S:
+                self.step_intervals.append(step)
+                if len(self.step_intervals) > 200:
+                    del self.step_intervals[:-200]
+            self.last_iteration = last.iter
+        self.last_by_rank[f"rank {last.rank if last.rank is not None else 0}"] = text.rsplit("\r", 1)[-1][:1024]
+        self._alive(now)
+
+    def _alive(self, now: float) -> None:
         if self.first_progress_mono is None:
             self.first_progress_mono = now
         self.last_progress_mono = now
@@ -260,9 +296,27 @@ def fault_family(category: str) -> str:
 
 
 # ----------------------------------------------------------------------------- chunk scan
-PROGRESS_LITERALS = ("iteration", "=== attempt restart=")
+PROFILE_BAR = "%|"
+"""The literal of the profiles' progress-bar lines (tqdm's ``l_bar`` ends in ``%|``): such a line goes
+to the profile extractor (``AttemptTracker._feed_profile``)."""
+
+PROFILE_METRICS = "{'loss': "
+"""The literal of HF Trainer's log dicts (``ProgressCallback.on_log`` → ``tqdm.write``: stdout, one
+line per ``logging_steps``). Under srun the bar (stderr, ``\\r`` only) reaches the log in bursts when
+srun's buffer for it fills, while these lines arrive per step: they keep the hang clock honest."""
+
+PROGRESS_LITERALS = ("iteration", "=== attempt restart=", PROFILE_BAR, PROFILE_METRICS)
 """Every line ``AttemptTracker.feed`` acts on contains one of these (attempt markers, checkpoint
 and progress lines all do); a line with none of them and no catalog literal changes nothing."""
+
+
+
+def _tracker_reads(text: str) -> bool:
+    """Whether ``AttemptTracker.feed`` may act on ``text``: progress (demo or a profile's bar or log
+    dict), an attempt marker. A catalog line without any of these is inert to the tracker."""
+    return ("iteration" in text or text.startswith("=== attempt restart=")
+            or PROFILE_BAR in text or PROFILE_METRICS in text)
+
 
 _LONG_BLOCK = LINE_CAP // 2
 _SUMMARY_MIN = 4096
@@ -391,6 +445,8 @@ class ChunkScanner:
         special = dict(roots)
         special.update(self._literal_lines(data, b"=== attempt restart="))
         special.update(self._literal_lines(data, b"checkpoint at iteration"))
+        special.update(self._literal_lines(data, PROFILE_BAR.encode()))
+        special.update(self._literal_lines(data, PROFILE_METRICS.encode()))
         count = data.count
         pos, line_no = 0, first_line_no
         segs: list[tuple[int, int]] = []  # progress stretches not yet fed (one run across inert lines)
@@ -401,7 +457,7 @@ class ChunkScanner:
                 segs.append((pos, ls))
             line_no += count(b"\n", pos, ls)
             text = self._text(data, ls, le)
-            if ls in roots and "iteration" not in text and not text.startswith("=== attempt restart="):
+            if ls in roots and not _tracker_reads(text):
                 held.append((line_no, text))  # t.feed(text) would change nothing
             else:
                 self._feed_runs(t, data, segs, now)

@@ -457,12 +457,18 @@ class Monitor:
             await self._signal(existing, trig)
             return
         iid = incident_id(self.cfg.name, j.job_id, w.first_submit, attempt)
+        ckpt = w.tracker.checkpoint
+        if ckpt is None:  # the framework printed no checkpoint line (HF, Lightning): its own folders
+            from revive.profiles.disk import newest_checkpoint
+
+            on_disk = await asyncio.to_thread(newest_checkpoint, j.command)
+            ckpt = on_disk[0] if on_disk else None
         inp = IncidentInput(
             incident_id=iid, cluster=self.cfg.name,
             job=JobIdentity(job_id=j.job_id, user=j.user, name=j.name, restart_count=attempt),
             job_submit_time=w.first_submit, attempt=attempt, fault_family=family, trigger=trig,
             partition=j.partition, nodes=j.nodes, log_path=j.std_out, detected_at=trig.at,
-            policy=self.policy, policy_path=self.policy_path, checkpoint_iteration=w.tracker.checkpoint,
+            policy=self.policy, policy_path=self.policy_path, checkpoint_iteration=ckpt,
             last_progress=dict(w.tracker.last_by_rank),
             ui_url=(f"{self.ui_base}/namespaces/{self.cfg.temporal.namespace}/workflows/{iid}" if self.ui_base else None),
         )

@@ -25,7 +25,12 @@ MAX_PROGRESS = 5000
 
 _ATTEMPT = "=== attempt restart="
 _RESUMED = "resumed from checkpoint"
-_EXTRA_LITERALS = [_ATTEMPT, _RESUMED, "GPU at PCI:", "Root Cause (first observed failure)"]
+_STEP_TEARDOWN = ("srun: Job step aborted", "srun: forcing job termination", " CANCELLED AT ")
+"""Slurm tearing the step (or job) down: srun 22.05 ``srun: Job step aborted: Waiting up to N seconds
+for job step to finish.``, ``srun: forcing job termination``, slurmstepd ``*** STEP|JOB <id> ON <node>
+CANCELLED AT <time> ***``. Output after one is the dying step's buffered lines (srun holds a task's
+partial line, e.g. a tqdm bar, until the task exits), never progress of a run that survived."""
+_EXTRA_LITERALS = [_ATTEMPT, _RESUMED, "GPU at PCI:", "Root Cause (first observed failure)", *_STEP_TEARDOWN]
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
 _TB_RANK = re.compile(r"^\s*rank\s*:\s*(?P<rank>\d+)")
 _TB_HOST = re.compile(r"^\s*host\s*:\s*(?P<host>[\w.-]+)")
@@ -72,6 +77,8 @@ class _Ctx:
     progress: list[tuple[int, int | None, float, str]] = field(default_factory=list)
     progress_lines: dict[int, tuple[int, str, datetime | None]] = field(default_factory=dict)
     progress_idx: list[int] = field(default_factory=list)
+    teardown_idx: list[int] = field(default_factory=list)
+    """Line indices of the attempt's Slurm step-teardown lines (``_STEP_TEARDOWN``)."""
     tail_start: int = 0
     first_progress_seq: int | None = None
     rank_host: dict[int, str] = field(default_factory=dict)
@@ -184,6 +191,7 @@ def _collect_job_log(ctx: _Ctx) -> None:
     # progress lines: the first one (did the run make progress before an error?) and those among
     # the last MAX_PROGRESS lines (straggler series) are parsed; markers and signature lines always are.
     keep = {i for i in extra_hits if start <= i < end}
+    ctx.teardown_idx = sorted(i for i in keep if any(t in lines[i] for t in _STEP_TEARDOWN))
     prog = _progress_gate(matcher).search
     first_sig = min((i for i in sig_hits if start <= i < end), default=end)
     for i in range(start, min(end, first_sig + 1)):

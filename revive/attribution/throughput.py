@@ -72,7 +72,8 @@ def _recovered(ctx: _Ctx, roots: list[_Ev]) -> int:
     """Progress lines after the last root when the errors were survivable (else 0).
 
     Only job-log, non-hardware roots count as survivable; NaN loss never is; a failed job state
-    or a job_state / no_progress trigger rules it out."""
+    or a job_state / no_progress trigger rules it out; progress after a Slurm step-teardown line
+    that follows the root does not count (``collect._STEP_TEARDOWN``)."""
     b = ctx.bundle
     if b.trigger and b.trigger.kind in (TriggerKind.no_progress, TriggerKind.job_state):
         return 0
@@ -84,7 +85,9 @@ def _recovered(ctx: _Ctx, roots: list[_Ev]) -> int:
             return 0
         last = max(last, e.line_no or 0)
     last_idx = last - 1
-    after = sum(1 for i in ctx.progress_idx if i > last_idx)
+    # a Slurm step teardown after the root ends the window: what follows is the dying step's flush
+    stop = next((i for i in ctx.teardown_idx if i > last_idx), None)
+    after = sum(1 for i in ctx.progress_idx if i > last_idx and (stop is None or i < stop))
     if last_idx < ctx.tail_start and after < _RECOVER_MIN_PROGRESS:
         return 0
     return after if after >= _RECOVER_MIN_PROGRESS else 0

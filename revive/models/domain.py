@@ -395,7 +395,8 @@ class VerifyResult(BaseModel):
     resumed_from: int | None = None
     first_iteration_after: int | None = None
     resumed_at: datetime | None = None
-    """Time of the first progress line past the checkpoint (from the log line's own timestamp)."""
+    """Time of the first progress line past the checkpoint (from the log line's own timestamp; for a
+    line without one, e.g. a progress bar, when verify read it: at most one poll interval late)."""
     detail: str = ""
     rule: str | None = None
     """Which rule proved the resume: ``revive_markers`` (the demo job's attempt/resume lines), or a

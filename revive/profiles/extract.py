@@ -425,10 +425,13 @@ class ProgressExtractor:
                 else:
                     rate = _num(get("rate_it_s"))
                     step = 1.0 / rate if rate else None
+            total, epoch, batch, batches = _int(get("total")), _num(get("epoch")), _int(get("batch")), _int(get("batches"))
+            if pat.profile.step_from_epoch and epoch is not None and total:
+                batch, batches, it = it, total, int(epoch) * total + it
             return Iteration(
-                profile=pid, ts=ts, rank=rank, host=host, iter=it, total=_int(get("total")), step_time_s=step,
-                loss=_num(get("loss")), throughput=_num(get("throughput")), epoch=_num(get("epoch")),
-                batch=_int(get("batch")), batches=_int(get("batches")),
+                profile=pid, ts=ts, rank=rank, host=host, iter=it, total=total, step_time_s=step,
+                loss=_num(get("loss")), throughput=_num(get("throughput")), epoch=epoch,
+                batch=batch, batches=batches,
             )
         if kind.startswith("checkpoint_"):
             return _EVENT_CLASS[kind](  # type: ignore[call-arg]

@@ -193,6 +193,9 @@ class Profile(BaseModel):
     ``save_is_synchronous``: the save runs inline (and may print no "saved" line); it counts as
     done once a later iteration of the same attempt is seen.
     ``run_start_after_load``: the run-start line follows the restore lines of the same launch.
+    ``step_from_epoch``: the iteration pattern's ``iter`` is the batch within ``epoch`` of ``total``
+    batches (Lightning's bar); the event's ``iter`` becomes the global step ``epoch × total + iter``
+    (exact while every epoch has ``total`` batches), ``batch``/``batches`` keep the printed pair.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -205,6 +208,7 @@ class Profile(BaseModel):
     infer_checkpoint_iter: bool = False
     save_is_synchronous: bool = False
     run_start_after_load: bool = False
+    step_from_epoch: bool = False
     save_signal: SaveSignal | None = None
     checkpoint_layout: CheckpointLayout | None = None
     notes: str = ""

@@ -14,7 +14,15 @@ import pytest
 from revive.logline import LINE_CAP
 from revive.progress import parse_attempt, parse_checkpoint, parse_progress
 from revive.tail import Follower
-from worker.detect import MAX_STEP_INTERVAL_S, AttemptTracker, ChunkScanner, default_scanner, root_hit
+from worker.detect import (
+    MAX_STEP_INTERVAL_S,
+    PROFILE_BAR,
+    PROFILE_METRICS,
+    AttemptTracker,
+    ChunkScanner,
+    default_scanner,
+    root_hit,
+)
 
 
 class RefTracker(AttemptTracker):
@@ -39,6 +47,9 @@ class RefTracker(AttemptTracker):
                     self.saving_since_mono = None
             elif kind == "resumed":
                 self.checkpoint = it
+            return
+        if PROFILE_BAR in text or PROFILE_METRICS in text:  # a framework's bar or HF log dict
+            self._feed_profile(text, now)
             return
         p = parse_progress(text)
         if p is None:

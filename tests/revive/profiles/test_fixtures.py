@@ -102,8 +102,10 @@ def test_nemo2_checkpoints_and_lightning_restore():
 # ----------------------------------------------------------------------------- Lightning
 def test_lightning_public_tqdm(ex):
     its = [e for e in events(ex, "lightning/public_issue20542.log") if isinstance(e, Iteration)]
-    assert [e.iter for e in its] == [18625, 18626, 18626, 18627]
-    assert {(e.epoch, e.total) for e in its} == {(10, 20000)}
+    # the bar counts batches within epoch 10 of 20000 batches; the profile's iter is the global step
+    assert [e.batch for e in its] == [18625, 18626, 18626, 18627]
+    assert [e.iter for e in its] == [218625, 218626, 218626, 218627]
+    assert {(e.epoch, e.total, e.batches) for e in its} == {(10, 20000, 20000)}
     assert its[0].step_time_s == pytest.approx(1 / 0.90)
     its = [e for e in events(ex, "lightning/public_launcher55.log") if isinstance(e, Iteration)]
     assert [(e.iter, e.total, e.step_time_s) for e in its] == [(795, 77225, 41.36)]
