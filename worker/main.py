@@ -19,6 +19,7 @@ from activities.attribution import AttributionActivities
 from activities.audit import AuditActivities
 from activities.evidence import EvidenceActivities
 from activities.guard import GuardActivities
+from activities.health import HealthActivities
 from activities.jobspec import JobSpecActivities
 from activities.notify import notify
 from activities.remediation import RemediationActivities
@@ -31,8 +32,9 @@ from revive.site import Site, build_site
 from runbooks import RUNBOOKS
 from workflows.guard import ClusterGuardWorkflow
 from workflows.incident import IncidentWorkflow
+from workflows.return_to_service import NodeCheckWorkflow, ReturnToServiceWorkflow
 
-WORKFLOWS = [IncidentWorkflow, ClusterGuardWorkflow, *RUNBOOKS.values()]
+WORKFLOWS = [IncidentWorkflow, ClusterGuardWorkflow, *RUNBOOKS.values(), ReturnToServiceWorkflow, NodeCheckWorkflow]
 
 
 def build_activities(client: Client, cfg: ClusterConfig, site: Site, task_queue: str) -> list:
@@ -63,10 +65,12 @@ def build_activities(client: Client, cfg: ClusterConfig, site: Site, task_queue:
     vf = VerificationActivities(scheduler, logs=site.logs)
     au = AuditActivities(Path(cfg.audit_file))
     gd = GuardActivities(client, task_queue)
+    ha = HealthActivities(scheduler, client, task_queue, cfg.audit_file)
     return [
         js.save_job_spec, ev.gather_evidence, at.attribute, at.attribute_external,
         rm.check_identity, rm.drain_nodes, rm.requeue_job, rm.diagnose_hang, rm.read_mode,
         vf.verify_progress, vf.wait_for_checkpoint, au.append_audit, gd.request_drain_grant, gd.incident_history, notify,
+        ha.rts_candidates, ha.rts_guard_drains, ha.run_health_check, ha.resume_checked_node, ha.redrain_checked_node,
     ]
 
 
