@@ -89,12 +89,22 @@ def build_worker(client: Client, cfg: ClusterConfig, scheduler: Scheduler, task_
                   interceptors=[rm.metrics_interceptor()], graceful_shutdown_timeout=timedelta(seconds=5))
 
 
-async def run_worker(cfg: ClusterConfig, scheduler: Scheduler | None = None) -> None:
-    """Run until SIGINT/SIGTERM."""
+async def run_worker(cfg: ClusterConfig, scheduler: Scheduler | None = None, policy_path: str | None = None) -> None:
+    """Run until SIGINT/SIGTERM. With ``policy_path`` whose ``return_to_service.enabled`` is true,
+    first create or update the cluster's return-to-service Schedule (``worker.rts_schedule``)."""
     from revive.temporal import connect
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     client = await connect(cfg.temporal, identity="revive-worker")
+    if policy_path:
+        from revive.policy import load_policy
+        from worker.rts_schedule import ensure_rts_schedule
+
+        pol = load_policy(policy_path)
+        if pol.return_to_service.enabled:
+            sid, created = await ensure_rts_schedule(client, cfg.name, pol, policy_path, cfg.temporal.task_queue)
+            logging.info("return-to-service schedule %s %s (every %s)", sid, "created" if created else "updated",
+                         pol.return_to_service.interval)
     # every scheduler call timed as revive_scheduler_call_seconds{call}
     sched = scheduler or cast(Scheduler, rm.TimedScheduler(build_site(cfg).scheduler))
     worker = build_worker(client, cfg, sched)

@@ -135,8 +135,9 @@ class NodeCheckWorkflow:
         workflow.upsert_search_attributes([sa.MODE.value_set(mode.value)])
         if mode != Mode.auto:
             self._set_state("awaiting_approval")
+            waiting = asyncio.ensure_future(self._gate.wait(pol.approval.timeout))  # open before the webhook
             await self._notify("approval_needed", f"resume {d.node}? health check passed: {verdict.summary}")
-            decision = await self._gate.wait(pol.approval.timeout)
+            decision = await waiting
             if decision is None and pol.approval.on_expiry != ExpiryAction.proceed:
                 return self._done(RtsOutcome.expired, f"no decision within {pol.approval.timeout}; stays drained")
             if decision is not None and decision.decision == DecisionKind.reject:
