@@ -70,9 +70,12 @@ class HealthActivities:
     """Activities of ``ReturnToServiceWorkflow`` and ``NodeCheckWorkflow``."""
 
     def __init__(self, scheduler: Scheduler, client: Client | None, task_queue: str,
-                 audit_file: str | Path | None = None) -> None:
+                 audit_file: str | Path | None = None, job_output_dir: str | Path | None = None) -> None:
         """``client`` (pydantic data converter) reads incident status and the guard's records;
-        None (unit tests) = no incident is open and the guard holds no records."""
+        None (unit tests) = no incident is open and the guard holds no records.
+        ``job_output_dir``: where a check job in a maintenance window writes its output, when that
+        path is readable here (the local testbed); None = ``/dev/null`` (the exit status decides)."""
+        self.job_output_dir = str(job_output_dir) if job_output_dir else None
         self.scheduler = scheduler
         self.client = client
         self.task_queue = task_queue
@@ -154,10 +157,13 @@ class HealthActivities:
             opts = [f"--reservation={name}", f"--nodelist={inp.node}", "--nodes=1", "--ntasks=1",
                     f"--job-name=revive-rts-{inp.node}", f"--time={max(1, int((inp.timeout_s + 59) // 60))}",
                     "--no-requeue"]
-            if inp.output_dir:
-                Path(inp.output_dir).mkdir(parents=True, exist_ok=True)
-                out = Path(inp.output_dir) / f"{inp.node}-%j.out"
+            out_dir = inp.output_dir or self.job_output_dir
+            if out_dir:
+                Path(out_dir).mkdir(parents=True, exist_ok=True)
+                out = Path(out_dir) / f"{inp.node}-%j.out"
                 opts.append(f"--output={out}")
+            else:
+                opts.append("--output=/dev/null")
             script = "#!/bin/sh\n" + f"exec {shlex.join(argv)}\n"
             job_id = await s.submit(script, opts)
             cmds.append(f"sbatch {shlex.join(opts)} # {shlex.join(argv)} → job {job_id}")

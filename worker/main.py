@@ -65,7 +65,8 @@ def build_activities(client: Client, cfg: ClusterConfig, site: Site, task_queue:
     vf = VerificationActivities(scheduler, logs=site.logs)
     au = AuditActivities(Path(cfg.audit_file))
     gd = GuardActivities(client, task_queue)
-    ha = HealthActivities(scheduler, client, task_queue, cfg.audit_file)
+    ha = HealthActivities(scheduler, client, task_queue, cfg.audit_file,
+                          job_output_dir=state / "rts" if cfg.local_testbed else None)
     return [
         js.save_job_spec, ev.gather_evidence, at.attribute, at.attribute_external,
         rm.check_identity, rm.drain_nodes, rm.requeue_job, rm.diagnose_hang, rm.read_mode,
