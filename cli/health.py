@@ -76,7 +76,7 @@ def run(
     async def go() -> RtsResult:
         client = await _client(config, "revive-cli")
         tq = cfg.temporal.task_queue
-        h = await client.start_workflow(ids.RTS_WORKFLOW, RtsInput(cluster=cfg.name, policy=pol, policy_path=policy),
+        h = await client.start_workflow(ids.RTS_WORKFLOW, RtsInput(cluster=cfg.name, policy=pol, policy_path=policy, task_queue=tq),
                                         id=ids.rts_run_id(cfg.name, tq), task_queue=tq, result_type=RtsResult,
                                         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING)
         return await h.result()

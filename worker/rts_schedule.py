@@ -35,7 +35,7 @@ def rts_schedule(cluster: str, policy: RecoveryPolicy, policy_path: str | None, 
     rts = policy.return_to_service
     return Schedule(
         action=ScheduleActionStartWorkflow(
-            ids.RTS_WORKFLOW, RtsInput(cluster=cluster, policy=policy, policy_path=policy_path),
+            ids.RTS_WORKFLOW, RtsInput(cluster=cluster, policy=policy, policy_path=policy_path, task_queue=task_queue),
             id=ids.rts_schedule_id(cluster, task_queue), task_queue=task_queue,
         ),
         spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=rts.interval)]),

@@ -252,7 +252,7 @@ class ReturnToServiceWorkflow:
         workflow.set_current_details(f"return to service on {inp.cluster}: {len(todo)} node(s) to check, "
                                      f"{len(result.skipped)} skipped")
         limit = inp.policy.return_to_service.max_concurrent
-        tq = workflow.info().task_queue
+        tq = inp.task_queue
         self._running = 0
 
         async def one(c: Candidate) -> None:

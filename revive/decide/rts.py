@@ -196,6 +196,9 @@ class RtsInput(BaseModel):
     policy: RecoveryPolicy = Field(default_factory=RecoveryPolicy)
     policy_path: str | None = None
     """Re-read for the mode at each node's gate (as incidents do); None = the snapshot's mode."""
+    task_queue: str = "revive"
+    """The task queue the run was started on (the starter sets it): node check ids carry it
+    (``revive.ids.node_check_id``), from the input so that a replay builds the same ids."""
 
 
 class ScanInput(BaseModel):

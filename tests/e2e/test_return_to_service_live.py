@@ -63,7 +63,7 @@ async def _pass(cfg, client, tmp_path, method: str, command: list[str]) -> tuple
     c = cfg.model_copy(update={"audit_file": str(tmp_path / "audit.jsonl"), "state_dir": str(tmp_path / "state")})
     tq = f"rts-live-{uuid.uuid4().hex[:6]}"
     async with build_worker(client, c, sched, task_queue=tq):
-        res = await client.execute_workflow(ReturnToServiceWorkflow.run, RtsInput(cluster=cfg.name, policy=pol),
+        res = await client.execute_workflow(ReturnToServiceWorkflow.run, RtsInput(cluster=cfg.name, policy=pol, task_queue=tq),
                                             id=f"rts-live-{uuid.uuid4().hex[:6]}", task_queue=tq)
     return res, sched
 

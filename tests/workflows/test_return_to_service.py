@@ -67,7 +67,7 @@ async def _pass(env, sched, cfg, pol, replace=(), during=None) -> RtsResult:
     if not any(getattr(a, "__temporal_activity_definition").name == "notify" for a in replace):
         replace.append(Notes().activity)  # no real webhook calls
     async with build_worker(env.client, cfg, sched, task_queue=tq, replace=replace):
-        h = await env.client.start_workflow(ReturnToServiceWorkflow.run, RtsInput(cluster="fake", policy=pol),
+        h = await env.client.start_workflow(ReturnToServiceWorkflow.run, RtsInput(cluster="fake", policy=pol, task_queue=tq),
                                             id=f"rts-{uuid.uuid4().hex[:8]}", task_queue=tq)
         if during:
             await during(tq)
@@ -237,7 +237,7 @@ async def test_a_node_whose_check_still_runs_is_not_checked_twice(ts_env, tmp_pa
             except Exception:
                 pass
             await asyncio.sleep(0.05)
-        other = await ts_env.client.start_workflow(ReturnToServiceWorkflow.run, RtsInput(cluster="fake", policy=pol),
+        other = await ts_env.client.start_workflow(ReturnToServiceWorkflow.run, RtsInput(cluster="fake", policy=pol, task_queue=tq),
                                                    id=f"rts-2-{uuid.uuid4().hex[:6]}", task_queue=tq)
         second = await other.result()
         assert second.busy == ["node2"] and second.checked == []
