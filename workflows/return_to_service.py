@@ -243,11 +243,12 @@ class ReturnToServiceWorkflow:
     @workflow.run
     async def run(self, inp: RtsInput) -> RtsResult:
         workflow.upsert_search_attributes([sa.CLUSTER.value_set(inp.cluster)])
+        now = workflow.now()
         cands: list[Candidate] = await workflow.execute_activity_method(
-            HealthActivities.rts_candidates, ScanInput(cluster=inp.cluster, policy=inp.policy, now=workflow.now()),
+            HealthActivities.rts_candidates, ScanInput(cluster=inp.cluster, policy=inp.policy, now=now),
             start_to_close_timeout=retry.SHORT, retry_policy=retry.READ_ONLY, summary="Revive's drained nodes",
         )
-        result = RtsResult(cluster=inp.cluster, skipped=[c for c in cands if not c.check])
+        result = RtsResult(cluster=inp.cluster, scanned_at=now, skipped=[c for c in cands if not c.check])
         todo = [c for c in cands if c.check]
         workflow.set_current_details(f"return to service on {inp.cluster}: {len(todo)} node(s) to check, "
                                      f"{len(result.skipped)} skipped")

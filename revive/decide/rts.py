@@ -281,6 +281,8 @@ class RtsResult(BaseModel):
     """Result of one per-cluster run."""
 
     cluster: str
+    scanned_at: datetime | None = None
+    """Workflow time of the scan (``recheck_after`` is measured from the failed check to this)."""
     checked: list[NodeCheckResult] = Field(default_factory=list)
     skipped: list[Candidate] = Field(default_factory=list)
     busy: list[str] = Field(default_factory=list)
