@@ -142,6 +142,7 @@ class HealthActivities:
                                  summary=f"{shlex.join(argv)} exited {rc}" + (f": {tail}" if tail else ""))
             v.commands.append(shlex.join(argv))
         v.started_at, v.finished_at = started, datetime.now(UTC)
+        rm.rts_check(v.passed)
         activity.logger.info("health check %s: %s", inp.node, v.summary)
         return v
 

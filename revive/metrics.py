@@ -154,8 +154,8 @@ class ReviveMetrics:
             "Nodes drained for a hardware fault whose return-to-service health check found nothing (resumed).",
             ["category"], registry=r)
         self.rts_checks = Counter("revive_rts_checks_total",
-                                  "Return-to-service node checks, by outcome (revive.decide.rts.RtsOutcome).",
-                                  ["outcome"], registry=r)
+                                  "Return-to-service health checks run, by result (passed | failed).",
+                                  ["result"], registry=r)
         self.breaker_open = Gauge("revive_breaker_open", "1 while the cluster's drain circuit breaker refuses drains.",
                                   ["cluster"], registry=r)
         self.approvals_pending = Gauge("revive_approvals_pending", "Incidents waiting for a person's decision.",
@@ -238,9 +238,9 @@ class ReviveMetrics:
         """One node drained for ``category`` (a hardware category) passed its health check."""
         self.false_isolations.labels(self._label["category"](category)).inc()
 
-    def rts_check(self, outcome: str) -> None:
-        """One return-to-service check ended with ``outcome``."""
-        self.rts_checks.labels(self._label["outcome"](outcome)).inc()
+    def rts_check(self, passed: bool) -> None:
+        """One return-to-service health check ran (``activities.health.run_health_check``)."""
+        self.rts_checks.labels("passed" if passed else "failed").inc()
 
     # ---- guards and approvals --------------------------------------------------------------------
     def set_breaker(self, cluster: str, open: bool) -> None:
@@ -514,8 +514,8 @@ def false_isolation(category: str) -> None:
     METRICS.false_isolation(category)
 
 
-def rts_check(outcome: str) -> None:
-    METRICS.rts_check(outcome)
+def rts_check(passed: bool) -> None:
+    METRICS.rts_check(passed)
 
 
 def set_approvals(pending_ages_s: Iterable[float]) -> None:
