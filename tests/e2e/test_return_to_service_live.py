@@ -111,3 +111,19 @@ async def test_failing_check_keeps_our_node_drained_with_the_updated_reason(slur
         assert "FAILED exit 1:0" in r.detail, r.detail
     assert _reason(cfg, THEIRS).startswith(f"maintenance {tag}")
     assert f"revive-rts-{OURS}" not in _reservations(cfg)
+
+
+async def test_maintenance_window_is_idempotent_on_real_slurm(slurm_cluster, tag):
+    """A retried activity creates or deletes the same window again: both are no-ops, not errors."""
+    cli = SlurmCLI.from_config(slurm_cluster)
+    name = f"revive-rts-{OURS}"
+    argv = await cli.create_maintenance_window(name, [OURS], 90, ["root"])
+    assert "Flags=MAINT,IGNORE_JOBS" in argv and "Duration=2" in argv
+    await cli.create_maintenance_window(name, [OURS], 90, ["root"])
+    assert name in await cli.list_maintenance_windows()
+    assert f"ReservationName={name}" in _reservations(slurm_cluster)
+    await cli.delete_maintenance_window(name)
+    await cli.delete_maintenance_window(name)
+    assert name not in await cli.list_maintenance_windows()
+    with pytest.raises(ValueError):
+        await cli.create_maintenance_window("x; rm -rf /", [OURS], 60, ["root"])
