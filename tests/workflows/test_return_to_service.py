@@ -17,6 +17,7 @@ import pytest
 from temporalio import activity
 
 from revive import ids
+from revive import metrics as rm
 from revive.decide.rts import GuardDrainsInput, NodeCheckInput, OwnDrain, RtsInput, RtsOutcome, RtsResult
 from revive.models import Decision, NodeRecord, NotifyInput, NotifyResult
 from revive.policy import RecoveryPolicy, RepeatOffenderPolicy
@@ -81,9 +82,12 @@ def _mutations(sched: FakeScheduler, node: str) -> list[str]:
 async def test_xid_drain_passes_check_auto_resumes_counts_false_isolation_person_drain_untouched(ts_env, tmp_path):
     sched, cfg = _cluster(tmp_path)
     notes = Notes()
+    fi = rm.METRICS.false_isolations.labels("gpu_hardware")
+    before = fi._value.get()
     res = await _pass(ts_env, sched, cfg, _policy(), replace=[notes.activity])
 
     assert [(r.node, r.outcome) for r in res.checked] == [("node2", RtsOutcome.resumed)]
+    assert fi._value.get() == before + 1  # revive_false_isolations_total{category="gpu_hardware"}
     r = res.checked[0]
     assert r.incident_id == INCIDENT and r.category == "gpu_hardware" and r.false_isolation
     assert sched.nodes["node2"].state == "IDLE" and sched.nodes["node2"].reason is None
