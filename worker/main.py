@@ -17,6 +17,7 @@ from temporalio.worker import Worker
 
 from activities.attribution import AttributionActivities
 from activities.audit import AuditActivities
+from activities.checkpoint import CheckpointActivities
 from activities.evidence import EvidenceActivities
 from activities.guard import GuardActivities
 from activities.health import HealthActivities
@@ -63,6 +64,7 @@ def build_activities(client: Client, cfg: ClusterConfig, site: Site, task_queue:
     rm = RemediationActivities(scheduler, arm_hold_release=arm, jobspec_dir=state / "jobspec", py_spy=py_spy)
     js = JobSpecActivities(scheduler, state / "jobspec")
     vf = VerificationActivities(scheduler, logs=site.logs)
+    ck = CheckpointActivities(scheduler, logs=site.logs)
     au = AuditActivities(Path(cfg.audit_file))
     gd = GuardActivities(client, task_queue)
     ha = HealthActivities(scheduler, client, task_queue, cfg.audit_file,
@@ -70,6 +72,7 @@ def build_activities(client: Client, cfg: ClusterConfig, site: Site, task_queue:
     return [
         js.save_job_spec, ev.gather_evidence, at.attribute, at.attribute_external,
         rm.check_identity, rm.drain_nodes, rm.requeue_job, rm.diagnose_hang, rm.read_mode,
+        rm.signal_job, rm.rewait_dependents, ck.plan_save, ck.wait_for_save, ck.checkpoint_loop, ck.job_dependents,
         vf.verify_progress, vf.wait_for_checkpoint, au.append_audit, gd.request_drain_grant, gd.incident_history, notify,
         ha.rts_candidates, ha.rts_guard_drains, ha.run_health_check, ha.resume_checked_node, ha.redrain_checked_node,
     ]

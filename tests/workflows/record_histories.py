@@ -9,6 +9,9 @@ Recordings are kept per ``TAG``: v1 predates ``workflow.patched("save-job-spec")
 ``workflow.patched("external-attribution-in-background")``; v4 adds one incident per runbook
 (restart_in_place, hang, straggler, requeue_exclude) and the guard workflow (one run fetched while
 running, one closed by continue-as-new), so every type in ``worker.main.WORKFLOWS`` has a history.
+v6ckpt: the runbooks' ``save-before-requeue``, ``bad-checkpoint-loop`` and ``dependents`` patches
+(``runbooks.steps``), plus a straggler that saves on SIGUSR1 and a crash whose ``afterok``
+dependent is re-pointed.
 
 ``rts1`` (``RTS_TAG``) records the return-to-service workflows only (``ReturnToServiceWorkflow`` and
 its ``NodeCheckWorkflow`` children: a passing check resumed in auto mode, a failing one, and a
@@ -48,17 +51,19 @@ from workflows.guard import ClusterGuardWorkflow  # noqa: E402
 from workflows.incident import IncidentWorkflow  # noqa: E402
 
 OUT = ROOT / "tests" / "histories"
-TAG = "v5"
+TAG = "v6ckpt"
 """Bump when recording after a workflow change; keep older files: they must still replay."""
 
 
 async def record(env, name: str, fault: str, policy: RecoveryPolicy, decide: Decision | None, resumed: bool,
-                 expect_runbook: str | None = None, resume_after_requeue: int | None = None) -> None:
+                 expect_runbook: str | None = None, resume_after_requeue: int | None = None, seed=None) -> None:
     """One incident. ``resume_after_requeue``: append the requeued attempt's lines (resumed from that
     checkpoint) only once the runbook has requeued the job (the straggler log must not show a
     restart before then)."""
     tmp = Path(tempfile.mkdtemp())
     sched, cfg, log = fake_cluster(tmp, fault, resumed=resumed)
+    if seed is not None:  # seed(sched, log): the job's signal handler, dependents …
+        seed(sched, log)
     tq = f"rec-{uuid.uuid4().hex[:6]}"
     iid = f"fake-7-20261129T150400-a0-{name}-{TAG}"
     async with build_worker(env.client, cfg, sched, task_queue=tq):
@@ -93,6 +98,22 @@ async def record(env, name: str, fault: str, policy: RecoveryPolicy, decide: Dec
             (OUT / f"{iid}.runbook.json").write_text((await child.fetch_history()).to_json())
         elif expect_runbook:
             raise RuntimeError(f"{name}: closed {res.outcome.value} ({res.rule}) without running {expect_runbook}")
+
+
+def _saves_on_usr1(sched, log) -> None:
+    """The straggler job traps USR1 and saves at iteration 41."""
+    def handler(sig: str, scope: str) -> None:
+        with log.open("a") as f:
+            f.write(f"{T0.isoformat()} [rank 0 host node1] saved checkpoint at iteration 41\n")
+    sched.on_signal["7"] = handler
+
+
+def _failed_dependent(sched, log) -> None:
+    """Job 8 waits afterok on job 7, which failed: Slurm marked the dependency failed."""
+    from revive.models import JobRecord
+
+    sched.add_job(JobRecord(job_id="8", name="eval", user="root", state="PENDING", reason="DependencyNeverSatisfied",
+                            dependency="afterok:7(failed)"))
 
 
 def _drain(cluster: str, incident_id: str, node: str, approved_by: str | None = None) -> DrainGrantInput:
@@ -197,6 +218,11 @@ async def main() -> None:
         await record(env, "straggler-excluded", "straggler", auto, None, False, expect_runbook="StragglerRunbook",
                      resume_after_requeue=40)
         await record(env, "node-fail-excluded", "node_fail", auto, None, True, expect_runbook="RequeueExcludeRunbook")
+        await record(env, "straggler-saved-on-usr1", "straggler",
+                     RecoveryPolicy(mode="auto", verify=fast, save_before_requeue={"signal": "USR1", "timeout": 10}),
+                     None, False, expect_runbook="StragglerRunbook", resume_after_requeue=41, seed=_saves_on_usr1)
+        await record(env, "crash-dependent-rewait", "segfault", auto, None, True,
+                     expect_runbook="RestartInPlaceRunbook", seed=_failed_dependent)
         await record_guard(env)
         await record_rts(env)
     finally:
