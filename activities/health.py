@@ -22,12 +22,16 @@ Health check methods (``revive.policy.CheckMethod``):
 
 Resumes and re-drains act only while the node is still drained with exactly the reason the check
 saw: a reason a person changed meanwhile is never overridden. Each resume is appended to
-``node-resumes.jsonl`` beside the audit file (``revive report`` counts false isolations from it).
+``node-resumes.jsonl`` beside the audit file (``revive report`` counts false isolations from it);
+every closed check, whatever its outcome, is one line of ``node-checks.jsonl`` there
+(``record_node_check``: ``{"kind": "node_check", …NodeCheckResult}``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import shlex
 import time
 from datetime import UTC, datetime
@@ -48,6 +52,7 @@ from revive.decide.rts import (
     HealthCheckInput,
     NodeActionInput,
     NodeActionResult,
+    NodeCheckResult,
     ScanInput,
     select,
     short_reason,
@@ -57,6 +62,8 @@ from revive.models import TERMINAL, NodeRecord
 from revive.report import record_resume
 from revive.scheduler.base import Scheduler
 
+CHECKS_FILE = "node-checks.jsonl"
+"""Beside the audit file: one line per closed node check (any outcome), for the audit trail."""
 JOB_POLL_S = 2.0
 """Seconds between reads of the check job's state (``reservation``)."""
 
@@ -239,4 +246,25 @@ class HealthActivities:
                                 commands=[shlex.join(argv)])
 
 
-__all__ = ["HealthActivities"]
+    @activity.defn(name="record_node_check")
+    async def record_node_check(self, res: NodeCheckResult) -> None:
+        """Append ``res`` as one JSON line to ``node-checks.jsonl`` beside the audit file (O_APPEND +
+        fsync); nothing when the worker has no audit file. OS errors propagate (retryable)."""
+        if self.audit_file is None:
+            return
+        path = self.audit_file.with_name(CHECKS_FILE)
+        line = json.dumps({"kind": "node_check", **res.model_dump(mode="json")}) + "\n"
+
+        def write() -> None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
+            try:
+                os.write(fd, line.encode())
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+        await run_blocking(write)
+
+
+__all__ = ["CHECKS_FILE", "HealthActivities"]

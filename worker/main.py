@@ -75,6 +75,7 @@ def build_activities(client: Client, cfg: ClusterConfig, site: Site, task_queue:
         rm.signal_job, rm.rewait_dependents, ck.plan_save, ck.wait_for_save, ck.checkpoint_loop, ck.job_dependents,
         vf.verify_progress, vf.wait_for_checkpoint, au.append_audit, gd.request_drain_grant, gd.incident_history, notify,
         ha.rts_candidates, ha.rts_guard_drains, ha.run_health_check, ha.resume_checked_node, ha.redrain_checked_node,
+        ha.record_node_check,
     ]
 
 

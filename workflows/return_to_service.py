@@ -101,7 +101,7 @@ class NodeCheckWorkflow:
         why = repeat_offender(drains, pol, workflow.now())
         if why:
             await self._notify("escalated", f"{d.node} stays drained: {why}")
-            return self._done(RtsOutcome.refused, why)
+            return await self._done(RtsOutcome.refused, why)
 
         try:
             verdict = await workflow.execute_activity_method(
@@ -123,9 +123,9 @@ class NodeCheckWorkflow:
             reason = failed_reason(pol, d, workflow.now(), verdict.summary)
             r = await self._act(HealthActivities.redrain_checked_node, d.node, reason, "keep drained")
             if not r.done:
-                return self._done(RtsOutcome.changed, r.detail, r)
+                return await self._done(RtsOutcome.changed, r.detail, r)
             await self._notify("node_check_failed", f"{d.node} stays drained: {verdict.summary}")
-            return self._done(RtsOutcome.check_failed, verdict.summary, r)
+            return await self._done(RtsOutcome.check_failed, verdict.summary, r)
 
         mode = Mode(await workflow.execute_activity_method(
             RemediationActivities.read_mode,
@@ -139,16 +139,16 @@ class NodeCheckWorkflow:
             await self._notify("approval_needed", f"resume {d.node}? health check passed: {verdict.summary}")
             decision = await waiting
             if decision is None and pol.approval.on_expiry != ExpiryAction.proceed:
-                return self._done(RtsOutcome.expired, f"no decision within {pol.approval.timeout}; stays drained")
+                return await self._done(RtsOutcome.expired, f"no decision within {pol.approval.timeout}; stays drained")
             if decision is not None and decision.decision == DecisionKind.reject:
-                return self._done(RtsOutcome.rejected, f"rejected by {decision.approver}"
+                return await self._done(RtsOutcome.rejected, f"rejected by {decision.approver}"
                                   + (f": {decision.note}" if decision.note else ""))
 
         r = await self._act(HealthActivities.resume_checked_node, d.node, "", "resume")
         if not r.done:
-            return self._done(RtsOutcome.changed, r.detail, r)
+            return await self._done(RtsOutcome.changed, r.detail, r)
         await self._notify("node_resumed", f"{d.node} back in service: {verdict.summary}")
-        return self._done(RtsOutcome.resumed, verdict.summary, r, false_isolation=d.blamed_hardware)
+        return await self._done(RtsOutcome.resumed, verdict.summary, r, false_isolation=d.blamed_hardware)
 
     async def _act(self, fn: Any, node: str, new_reason: str, what: str) -> NodeActionResult:
         d = self._inp.drain
@@ -160,16 +160,22 @@ class NodeCheckWorkflow:
             retry_policy=retry.MUTATING, summary=f"{what} {node}",
         )
 
-    def _done(self, outcome: RtsOutcome, detail: str, r: NodeActionResult | None = None,
-              false_isolation: bool = False) -> NodeCheckResult:
+    async def _done(self, outcome: RtsOutcome, detail: str, r: NodeActionResult | None = None,
+                    false_isolation: bool = False) -> NodeCheckResult:
+        """Close: the result, also appended to the audit trail (``record_node_check``)."""
         self._set_state(outcome.value)
         d = self._inp.drain
         cmds = (self._verdict.commands if self._verdict else []) + (r.commands if r else [])
         dec = self._gate.decision
-        return NodeCheckResult(cluster=self._inp.cluster, node=d.node, incident_id=d.incident_id, category=d.category,
-                               outcome=outcome, detail=detail, verdict=self._verdict,
-                               decided_by=dec.approver if dec else None, false_isolation=false_isolation,
-                               commands=cmds)
+        res = NodeCheckResult(cluster=self._inp.cluster, node=d.node, incident_id=d.incident_id, category=d.category,
+                              outcome=outcome, detail=detail, verdict=self._verdict,
+                              decided_by=dec.approver if dec else None, false_isolation=false_isolation,
+                              commands=cmds, check_id=workflow.info().workflow_id, closed_at=workflow.now())
+        await workflow.execute_activity_method(
+            HealthActivities.record_node_check, res, start_to_close_timeout=retry.SHORT,
+            retry_policy=retry.READ_ONLY, summary="audit record",
+        )
+        return res
 
     def _set_state(self, state: str) -> None:
         self._state = state

@@ -275,6 +275,9 @@ class NodeCheckResult(BaseModel):
     false_isolation: bool = False
     """The incident blamed hardware and the check found nothing (the node was resumed)."""
     commands: list[str] = Field(default_factory=list)
+    check_id: str | None = None
+    """The ``NodeCheckWorkflow``'s id (``revive-rts-<cluster>-node-<node>``)."""
+    closed_at: datetime | None = None
 
 
 class RtsResult(BaseModel):

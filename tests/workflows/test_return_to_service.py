@@ -97,6 +97,10 @@ async def test_xid_drain_passes_check_auto_resumes_counts_false_isolation_person
     line = json.loads((tmp_path / "node-resumes.jsonl").read_text().splitlines()[-1])
     assert line["node"] == "node2" and line["incident_id"] == INCIDENT
     assert notes.kinds() == ["node_resumed"] and notes.events[0].event.incident_id == INCIDENT
+    [audit] = [json.loads(x) for x in (tmp_path / "node-checks.jsonl").read_text().splitlines()]
+    assert (audit["kind"], audit["node"], audit["outcome"], audit["incident_id"]) == (
+        "node_check", "node2", "resumed", INCIDENT)
+    assert audit["check_id"].startswith("revive-rts-fake-node-node2") and audit["false_isolation"]
 
 
 async def test_failed_check_keeps_node_drained_with_updated_reason_and_notifies(local_env, tmp_path):
@@ -113,6 +117,8 @@ async def test_failed_check_keeps_node_drained_with_updated_reason_and_notifies(
                         rf"GPU 0: 12 uncorrectable ECC errors \(incident {INCIDENT} gpu_hardware\)", n2.reason or "")
     assert notes.kinds() == ["node_check_failed"]
     assert not (tmp_path / "node-resumes.jsonl").exists()
+    audit = json.loads((tmp_path / "node-checks.jsonl").read_text().splitlines()[-1])
+    assert audit["outcome"] == "check_failed" and "12 uncorrectable ECC errors" in audit["detail"]
 
     # the next tick, within recheck_after, leaves it alone; the failed reason is still Revive's
     again = await _pass(local_env, sched, cfg, _policy(command=["false"]))
@@ -125,7 +131,7 @@ async def test_observe_mode_resume_waits_for_approval(ts_env, tmp_path):
 
     async def approve(tq: str) -> None:
         h = ts_env.client.get_workflow_handle(ids.node_check_id("fake", "node2", tq))
-        for _ in range(200):
+        for _ in range(600):
             try:
                 if (await h.query("status"))["state"] == "awaiting_approval":
                     break
@@ -145,7 +151,7 @@ async def test_observe_mode_reject_and_expiry_keep_node_drained(ts_env, tmp_path
 
     async def reject(tq: str) -> None:
         h = ts_env.client.get_workflow_handle(ids.node_check_id("fake", "node2", tq))
-        for _ in range(200):
+        for _ in range(600):
             try:
                 if (await h.query("status"))["state"] == "awaiting_approval":
                     break
@@ -228,26 +234,28 @@ async def test_guard_keeps_a_repeat_offender_drained(local_env, tmp_path):
     assert sched.mutating_calls == [] and notes.kinds() == ["escalated"]
 
 
-async def test_a_node_whose_check_still_runs_is_not_checked_twice(ts_env, tmp_path):
+async def test_a_node_whose_check_still_runs_is_not_checked_twice(local_env, tmp_path):
+    # the dev server (real clock): awaiting a result on the time-skipping server would skip the first
+    # check's approval timer
     sched, cfg = _cluster(tmp_path)
     pol = _policy(mode="observe")
 
     async def second_pass(tq: str) -> None:
-        h = ts_env.client.get_workflow_handle(ids.node_check_id("fake", "node2", tq))
-        for _ in range(200):
+        h = local_env.client.get_workflow_handle(ids.node_check_id("fake", "node2", tq))
+        for _ in range(600):
             try:
                 if (await h.query("status"))["state"] == "awaiting_approval":
                     break
             except Exception:
                 pass
             await asyncio.sleep(0.05)
-        other = await ts_env.client.start_workflow(ReturnToServiceWorkflow.run, RtsInput(cluster="fake", policy=pol, task_queue=tq),
+        other = await local_env.client.start_workflow(ReturnToServiceWorkflow.run, RtsInput(cluster="fake", policy=pol, task_queue=tq),
                                                    id=f"rts-2-{uuid.uuid4().hex[:6]}", task_queue=tq)
         second = await other.result()
         assert second.busy == ["node2"] and second.checked == []
         await h.execute_update("decide", Decision(decision="approve", approver="oncall-alice"))
 
-    res = await _pass(ts_env, sched, cfg, pol, during=second_pass)
+    res = await _pass(local_env, sched, cfg, pol, during=second_pass)
     assert res.checked[0].outcome == RtsOutcome.resumed
     assert [m for m, _ in sched.mutating_calls] == ["resume_nodes"]
 
@@ -275,7 +283,7 @@ async def test_bad_decide_payloads_never_wedge_the_check(ts_env, tmp_path):
     async with build_worker(ts_env.client, cfg, sched, task_queue=tq, replace=[Notes().activity]):
         h = await ts_env.client.start_workflow(NodeCheckWorkflow.run, inp, id=f"nc-{uuid.uuid4().hex[:6]}",
                                                task_queue=tq)
-        for _ in range(200):
+        for _ in range(600):
             try:
                 if (await h.query("status"))["state"] == "awaiting_approval":
                     break
