@@ -33,9 +33,11 @@ from revive.site import Site, build_site
 from runbooks import RUNBOOKS
 from workflows.guard import ClusterGuardWorkflow
 from workflows.incident import IncidentWorkflow
+from workflows.job_record import JobRecordWorkflow
 from workflows.return_to_service import NodeCheckWorkflow, ReturnToServiceWorkflow
 
-WORKFLOWS = [IncidentWorkflow, ClusterGuardWorkflow, *RUNBOOKS.values(), ReturnToServiceWorkflow, NodeCheckWorkflow]
+WORKFLOWS = [IncidentWorkflow, ClusterGuardWorkflow, JobRecordWorkflow, *RUNBOOKS.values(), ReturnToServiceWorkflow,
+             NodeCheckWorkflow]
 
 
 def build_activities(client: Client, cfg: ClusterConfig, site: Site, task_queue: str) -> list:
@@ -73,7 +75,8 @@ def build_activities(client: Client, cfg: ClusterConfig, site: Site, task_queue:
         js.save_job_spec, ev.gather_evidence, at.attribute, at.attribute_external,
         rm.check_identity, rm.drain_nodes, rm.requeue_job, rm.diagnose_hang, rm.read_mode,
         rm.signal_job, rm.rewait_dependents, ck.plan_save, ck.wait_for_save, ck.checkpoint_loop, ck.job_dependents,
-        vf.verify_progress, vf.wait_for_checkpoint, au.append_audit, gd.request_drain_grant, gd.incident_history, notify,
+        vf.verify_progress, vf.wait_for_checkpoint, au.append_audit, gd.request_drain_grant, gd.incident_history,
+        gd.admit_incident, gd.report_job_outcome, gd.read_guard_mode, gd.read_guard_policy, notify,
         ha.rts_candidates, ha.rts_guard_drains, ha.run_health_check, ha.resume_checked_node, ha.redrain_checked_node,
         ha.record_node_check,
     ]

@@ -15,7 +15,8 @@ Two workflow types:
   2. check: ``run_health_check`` (``direct`` on the node, or a job in a maintenance window);
   3. fail → the reason becomes ``revive: health check failed <when>: <short> (incident <id>
      <category>)``, the node stays drained, ``node_check_failed`` is notified;
-  4. pass → the gate: the mode is read fresh (``read_mode``, per the node's partition); observe
+  4. pass → the gate: the mode is read from the cluster guard (``read_guard_mode``, per the node's
+     partition; the input policy's mode when the guard holds none), as incidents do; observe
      mode waits for ``decide`` (Update or Signal, ``workflows.approval.ApprovalGate``, same payload
      as incidents) up to ``approval.timeout``; auto mode goes on;
   5. resume (only while the node is still drained with the reason the check saw), recorded in
@@ -40,8 +41,8 @@ from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflow
 
 with workflow.unsafe.imports_passed_through():
     from activities import notify as notify_activity
+    from activities.guard import GuardActivities
     from activities.health import HealthActivities
-    from activities.remediation import RemediationActivities
     from revive import ids, retry
     from revive import search_attributes as sa
     from revive.decide.approval import parse_decision
@@ -61,7 +62,8 @@ with workflow.unsafe.imports_passed_through():
         failed_reason,
         repeat_offender,
     )
-    from revive.models import Category, Decision, DecisionKind, ModeInput, NotifyEvent, NotifyInput
+    from revive.decide.settings import ModeQuery
+    from revive.models import Category, Decision, DecisionKind, NotifyEvent, NotifyInput
     from revive.policy import ExpiryAction, Mode
     from workflows.approval import ApprovalGate
 
@@ -127,11 +129,12 @@ class NodeCheckWorkflow:
             await self._notify("node_check_failed", f"{d.node} stays drained: {verdict.summary}")
             return await self._done(RtsOutcome.check_failed, verdict.summary, r)
 
-        mode = Mode(await workflow.execute_activity_method(
-            RemediationActivities.read_mode,
-            ModeInput(policy_path=inp.policy_path, partition=d.partition, fallback=pol.mode_for(d.partition).value),
+        answer = await workflow.execute_activity_method(
+            GuardActivities.read_guard_mode,
+            ModeQuery(cluster=inp.cluster, partition=d.partition, fallback=pol.mode_for(d.partition)),
             start_to_close_timeout=retry.SHORT, retry_policy=retry.READ_ONLY, summary="read mode",
-        ))
+        )
+        mode = answer.mode
         workflow.upsert_search_attributes([sa.MODE.value_set(mode.value)])
         if mode != Mode.auto:
             self._set_state("awaiting_approval")

@@ -195,7 +195,8 @@ class RtsInput(BaseModel):
     cluster: str
     policy: RecoveryPolicy = Field(default_factory=RecoveryPolicy)
     policy_path: str | None = None
-    """Re-read for the mode at each node's gate (as incidents do); None = the snapshot's mode."""
+    """The policy file the run was configured from (recorded; the gate's mode comes from the
+    cluster guard, ``read_guard_mode``, else this input's policy)."""
     task_queue: str = "revive"
     """The task queue the run was started on (the starter sets it): node check ids carry it
     (``revive.ids.node_check_id``), from the input so that a replay builds the same ids."""

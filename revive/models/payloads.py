@@ -284,6 +284,12 @@ class AuditRecord(BaseModel):
     """The job record gathered as evidence (nodes, ``tres_per_node``: GPUs for the goodput ledger)."""
     last_progress: dict[str, str] = Field(default_factory=dict)
     """Last progress line per rank before the fault (iteration reached, step time)."""
+    # ---- issue 12: where the gate's mode came from; optional, older records stay valid ----
+    mode_source: str | None = None
+    """``guard:partition`` / ``guard:global`` (set with ``revive mode set``), ``input`` (the guard had
+    none: the incident input policy's mode), ``policy_file`` (before the guard held the mode)."""
+    policy_version: int | None = None
+    """The guard's policy version at the gate (0: none applied there)."""
 
 
 # ---- notifications (revive.notify, activities.notify) -----------------------------------------
