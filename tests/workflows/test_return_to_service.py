@@ -296,3 +296,40 @@ async def test_bad_decide_payloads_never_wedge_the_check(ts_env, tmp_path):
         res = await h.result()
         assert res.outcome == RtsOutcome.resumed
         assert len((await h.query("status"))["ignored_decisions"]) == 2
+
+
+async def test_guard_mode_rollback_to_observe_holds_the_resume_of_an_auto_policy(local_env, tmp_path):
+    """The input policy says auto, but an operator set the node's partition to observe in the
+    cluster guard (``revive mode set observe --partition debug``): the resume waits for a person."""
+    from revive.decide.breaker import GuardInput
+    from workflows.guard import ClusterGuardWorkflow
+
+    sched, cfg = _cluster(tmp_path)
+    pol = _policy(mode="auto")
+
+    async def rollback_then_reject(tq: str) -> None:
+        h = local_env.client.get_workflow_handle(ids.node_check_id("fake", "node2", tq))
+        for _ in range(600):
+            try:
+                if (await h.query("status"))["state"] == "awaiting_approval":
+                    break
+            except Exception:
+                pass
+            await asyncio.sleep(0.05)
+        assert [m for m, _ in sched.mutating_calls] == []
+        await h.signal("decide", {"decision": "reject", "approver": "oncall-bob", "note": "partition in observe"})
+
+    tq = f"rts-{uuid.uuid4().hex[:8]}"
+    async with build_worker(local_env.client, cfg, sched, task_queue=tq, replace=[Notes().activity]):
+        guard = await local_env.client.start_workflow(ClusterGuardWorkflow.run, GuardInput(cluster="fake"),
+                                                      id=ids.guard_workflow_id("fake", tq), task_queue=tq)
+        await guard.execute_update("set_mode", {"mode": "observe", "partition": "debug", "who": "oncall-bob",
+                                                "update_id": uuid.uuid4().hex})
+        h = await local_env.client.start_workflow(ReturnToServiceWorkflow.run,
+                                                  RtsInput(cluster="fake", policy=pol, task_queue=tq),
+                                                  id=f"rts-{uuid.uuid4().hex[:8]}", task_queue=tq)
+        await rollback_then_reject(tq)
+        res = await h.result()
+        await guard.terminate("test over")
+    assert res.checked[0].outcome == RtsOutcome.rejected
+    assert sched.mutating_calls == [] and sched.nodes["node2"].reason == OURS
