@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -20,7 +22,7 @@ from activities.blocking import run_blocking
 from revive.config import GpuSignals
 from revive.errors import JobNotFound, ReviveError, SchedulerError
 from revive.logline import cap_line
-from revive.models import EvidenceBundle, GatherEvidenceInput, GpuSample
+from revive.models import EvidenceBundle, GatherEvidenceInput, GpuSample, PriorIncident
 from revive.scheduler.base import Scheduler
 from revive.site import KernelLogs, LocalKernelLogs, LocalLogs, LogReader
 
@@ -28,6 +30,13 @@ TAIL_BYTES = 8 * 1024 * 1024
 """Bytes of a log's tail read into the evidence window file."""
 KERNEL_LINES = 200
 """Kernel-log lines kept per node (the newest)."""
+NODE_HISTORY_WINDOW = timedelta(days=30)
+"""How far back earlier incidents on the job's nodes are read (the engine's own window,
+``revive.attribution.verdict.NODE_HISTORY_WINDOW``, decides what counts)."""
+
+NodeHistory = Callable[[str, list[str], datetime, str], Awaitable[dict[str, list[PriorIncident]]]]
+"""``(cluster, nodes, since, incident_id) → {node: [PriorIncident]}``: earlier incidents on the
+nodes (``activities.guard.hardware_history`` over Temporal visibility in the worker)."""
 
 
 def read_tail(path: Path, max_bytes: int = TAIL_BYTES) -> tuple[bytes, int]:
@@ -64,9 +73,11 @@ class EvidenceActivities:
 
     def __init__(self, scheduler: Scheduler, kernel: str | KernelLogs | None, evidence_dir: Path,
                  ip_to_node: dict[str, str] | None = None, kernel_log_utc_offset_s: int | None = None,
-                 logs: LogReader | None = None, gpu: GpuSignals | None = None) -> None:
+                 logs: LogReader | None = None, gpu: GpuSignals | None = None,
+                 node_history: NodeHistory | None = None) -> None:
         """``kernel``: the site's kernel-log reader (or a local path template with ``{node}``);
-        ``logs``: the site's job-log reader (local files by default)."""
+        ``logs``: the site's job-log reader (local files by default); ``node_history``: earlier
+        incidents per node (none read when None)."""
         self.scheduler = scheduler
         self.kernel: KernelLogs = LocalKernelLogs(kernel) if kernel is None or isinstance(kernel, str) else kernel
         self.logs: LogReader = logs or LocalLogs()
@@ -76,6 +87,7 @@ class EvidenceActivities:
         self.evidence_dir = evidence_dir
         self.ip_to_node = ip_to_node or {}
         self.kernel_log_utc_offset_s = kernel_log_utc_offset_s
+        self.node_history = node_history
 
     @activity.defn(name="gather_evidence")
     async def gather_evidence(self, inp: GatherEvidenceInput) -> EvidenceBundle:
@@ -122,6 +134,12 @@ class EvidenceActivities:
             b.kernel_logs[node] = [cap_line(x) for x in got.lines[-KERNEL_LINES:]]
         if self.gpu.dcgm_url_template and nodes:
             b.gpu_metrics = await self._gpu_samples(nodes, b.notes)
+        if self.node_history is not None and nodes:
+            try:
+                since = datetime.now(UTC) - NODE_HISTORY_WINDOW
+                b.node_history = await self.node_history(inp.cluster, nodes, since, inp.incident_id)
+            except Exception as e:  # noqa: BLE001 — history is extra evidence: its absence is a note
+                b.notes.append(f"node history unavailable: {type(e).__name__}: {str(e)[:200]}")
         activity.logger.info("evidence for %s: %d log lines, kernel lines %s, notes %s", inp.incident_id,
                              b.job_log.count("\n") + 1 if b.job_log else 0,
                              {k: len(v) for k, v in b.kernel_logs.items()}, b.notes)

@@ -32,6 +32,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from revive import ids
 from revive import metrics as rm
+from revive import search_attributes as sa
 from revive.decide.breaker import DrainGrant, DrainGrantInput, GuardInput
 from revive.decide.budgets import (
     JobIncidentHistory,
@@ -40,7 +41,8 @@ from revive.decide.budgets import (
 )
 from revive.decide.jobrecord import AdmitAnswer, AdmitIncidentInput, JobRecordInput, ReportInput
 from revive.decide.settings import GuardSettings, ModeAnswer, ModeQuery, SettingsAnswer, effective_mode
-from revive.models import IncidentHistoryInput, IncidentResult
+from revive.errors import ReviveError
+from revive.models import Category, Domain, IncidentHistoryInput, IncidentResult, PriorIncident
 
 UPDATE_RETRIES = 8
 """Attempts of an Update refused with ``RESOURCE_EXHAUSTED`` (too many in flight on one workflow;
@@ -297,4 +299,57 @@ class GuardActivities:
         return history
 
 
-__all__ = ["GuardActivities", "guard_settings", "update_guard_settings"]
+HARDWARE_HISTORY_CATEGORIES = ("gpu_hardware", "gpu_memory_ecc", "nvlink")
+"""Categories of an earlier incident that count as a node's hardware history (the engine's
+``revive.attribution.verdict._HISTORY_HW_CATEGORIES``, as ``ReviveCategory`` values)."""
+HARDWARE_HISTORY_READ = 200
+"""At most this many earlier incidents read per gather (newest matter; older ones change nothing)."""
+
+
+async def hardware_history(client: Client, cluster: str, nodes: list[str], since: datetime,
+                           exclude_incident_id: str | None = None) -> dict[str, list[PriorIncident]]:
+    """Earlier hardware incidents on ``nodes`` since ``since`` (UTC) → ``{node: [PriorIncident]}``,
+    for ``EvidenceBundle.node_history`` (issue #8.4). Read from Revive's closed incidents through
+    visibility — ``ReviveCulprits`` names the node and ``ReviveCategory`` is a hardware category —
+    with no result fetched (search attributes and close time only). Visibility lags by a second or
+    so: an incident closed just now may be missing (it only delays the upgrade by one incident).
+    A server without a visibility API (``UNIMPLEMENTED``) has no history: ``{}``. Raises
+    ``ReviveError`` for values that cannot be put in a query; other RPC errors propagate (the
+    caller turns them into a bundle note)."""
+    if not nodes:
+        return {}
+    try:
+        culprits = ", ".join(_q(n, "node") for n in dict.fromkeys(nodes))
+        query = (f"WorkflowType='{ids.INCIDENT_WORKFLOW}' AND ExecutionStatus='Completed' "
+                 f"AND ReviveCluster={_q(cluster, 'cluster')} AND ReviveCulprits IN ({culprits}) "
+                 f"AND ReviveCategory IN ({', '.join(repr(c) for c in HARDWARE_HISTORY_CATEGORIES)}) "
+                 f"AND CloseTime >= {_iso(since.isoformat(), 'since')}")
+    except ApplicationError as e:
+        raise ReviveError(str(e.message)) from None
+    out: dict[str, list[PriorIncident]] = {}
+    wanted = set(nodes)
+    try:
+        found = [wf async for wf in client.list_workflows(query, limit=HARDWARE_HISTORY_READ)]
+    except RPCError as e:
+        if e.status != RPCStatusCode.UNIMPLEMENTED:
+            raise
+        return {}  # a server without visibility (the time-skipping test server): no history
+    for wf in found:
+        attrs = wf.typed_search_attributes
+        iid = attrs.get(sa.INCIDENT_ID) or wf.id
+        if iid == exclude_incident_id:
+            continue
+        category = attrs.get(sa.CATEGORY) or ""
+        try:
+            cat = Category(category)
+        except ValueError:
+            continue
+        for node in attrs.get(sa.CULPRITS) or []:
+            if node in wanted:
+                out.setdefault(node, []).append(PriorIncident(
+                    category=cat, domain=Domain.hardware, at=wf.close_time, incident_id=iid,
+                    reason=f"Revive incident {iid}: {cat.value}"))
+    return out
+
+
+__all__ = ["GuardActivities", "guard_settings", "hardware_history", "update_guard_settings"]

@@ -8,7 +8,7 @@ import shutil
 import signal
 import sys
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import cast
 
@@ -19,7 +19,7 @@ from activities.attribution import AttributionActivities
 from activities.audit import AuditActivities
 from activities.checkpoint import CheckpointActivities
 from activities.evidence import EvidenceActivities
-from activities.guard import GuardActivities
+from activities.guard import GuardActivities, hardware_history
 from activities.health import HealthActivities
 from activities.jobspec import JobSpecActivities
 from activities.notify import notify
@@ -57,8 +57,11 @@ def build_activities(client: Client, cfg: ClusterConfig, site: Site, task_queue:
 
     # syslog stamps carry no zone: the testbed's kern.log is written on this host, in its local time
     tz = time.localtime().tm_gmtoff if cfg.local_testbed else None
+    async def node_history(cluster: str, nodes: list[str], since: datetime, incident_id: str) -> dict:
+        return await hardware_history(client, cluster, nodes, since, exclude_incident_id=incident_id)
+
     ev = EvidenceActivities(scheduler, site.kernel, state / "evidence", cfg.ip_to_node, kernel_log_utc_offset_s=tz,
-                            logs=site.logs, gpu=cfg.gpu)
+                            logs=site.logs, gpu=cfg.gpu, node_history=node_history)
     at = AttributionActivities(external)
     py_spy = "py-spy"
     if cfg.local_testbed:  # the nodes are this machine: use the py-spy installed beside Revive

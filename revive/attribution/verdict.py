@@ -293,7 +293,8 @@ def _hardware_history(ctx: _Ctx, node: str, ref: datetime | None) -> PriorIncide
 
 def _apply_node_history(ctx: _Ctx) -> None:
     """3j. An ambiguous CUDA error (category ``cuda_error``, domain not settled) on a node that had an
-    earlier hardware incident is that node's hardware: domain hardware, the node named, drain."""
+    earlier hardware incident is that node's hardware: domain hardware, the node named, drain. When
+    the error names no node, the job's only node with such a history is named."""
     hist = ctx.bundle.node_history
     if not hist:
         return
@@ -303,10 +304,15 @@ def _apply_node_history(ctx: _Ctx) -> None:
     for e in ctx.events:
         if e.m.role != "root" or e.category != Category.cuda_error or e.domain == Domain.application:
             continue
+        ref = e.ts if (e.ts is not None and e.ts_exact) else (trig_at or e.ts)
         node = _ev_node(e, layout, nodes)
         if not node:
-            continue
-        ref = e.ts if (e.ts is not None and e.ts_exact) else (trig_at or e.ts)
+            # the error names no node: one (and only one) of the job's nodes with a recent hardware
+            # incident is the one to suspect
+            suspects = [n for n in nodes if _hardware_history(ctx, n, ref) is not None]
+            if len(suspects) != 1:
+                continue
+            node = suspects[0]
         prior = _hardware_history(ctx, node, ref)
         if prior is None:
             continue
