@@ -167,6 +167,7 @@ async def run(args: argparse.Namespace) -> int:
                         audit_file=os.path.join(d, "audit.jsonl"), logs={"poll_interval_s": args.poll_s})
     client = StubClient()
     mon = Monitor(cfg, RecoveryPolicy(), client, sched, jobs_poll_s=args.jobs_poll_s)  # type: ignore[arg-type]
+    mon.prefetch_threads = args.prefetch_threads
 
     lags: list[float] = []
     real_read = mon.follower.read_chunk
@@ -244,7 +245,8 @@ async def run(args: argparse.Namespace) -> int:
           f"mttd_p99_s={pct(mttd, 99):.3f} mttd_p50_s={pct(mttd, 50):.3f} lag_p50_s={pct(lags, 50):.3f} "
           f"faults={len(faults)} missed={len(missed)} spurious={len(spurious)} wall_s={wall:.1f} "
           f"pass_p50_s={pct(passes, 50):.3f} pass_cpu_p50_s={pct(pass_cpu, 50):.3f} pass_max_s={max(passes, default=0):.3f} first_pass_s={first_pass_s:.2f} "
-          f"writer_rc={w.returncode} nproc={os.cpu_count()}")
+          f"writer_rc={w.returncode} nproc={os.cpu_count()} prefetch_threads={args.prefetch_threads} "
+          f"load={open('/proc/loadavg').read().split()[0]}")
     if missed or spurious or w.returncode != 0 or not faults:
         print(f"BENCH watch failed: missed={missed[:10]} spurious={spurious[:10]} writer_rc={w.returncode}",
               file=sys.stderr)
@@ -266,6 +268,8 @@ def main() -> int:
     ap.add_argument("--verbose", action="store_true", help="print each pass's wall and CPU time (stderr)")
     ap.add_argument("--profile", action="store_true", help="cProfile the monitor (stderr)")
     ap.add_argument("--dir", default=None, help="where the logs go (default: the system temp dir)")
+    ap.add_argument("--prefetch-threads", type=int, default=0,
+                    help="Monitor.prefetch_threads: stat + read the logs on this many threads (0: inline)")
     ap.add_argument("--deep-copy", action="store_true", help="the stock FakeScheduler (deep-copies every record)")
     ap.add_argument("--quick", action="store_true", help="500 jobs, 20 s (CI)")
     args = ap.parse_args()

@@ -1,8 +1,9 @@
 """Workflow ids and names, defined once (the monitor, the workflows, the activities and the CLI use them).
 
-- incident: ``<cluster>-<job>-<first SubmitTime>-a<attempt>-<family>`` — one incident per job
-  attempt and fault family (job ids restart at 1 on a fresh cluster, and Slurm 22.05 resets
-  SubmitTime on requeue, so the first SubmitTime Revive saw is part of the identity);
+- incident: ``<cluster>-<job>-<first SubmitTime>-a<attempt>`` — one incident per job attempt,
+  whatever the family of the fault that opened it (job ids restart at 1 on a fresh cluster, and
+  Slurm 22.05 resets SubmitTime on requeue, so the job's first SubmitTime is part of the identity).
+  Ids written before one incident per attempt end with ``-<family>``;
 - runbook child: ``<incident id>.runbook``;
 - per-cluster guard: ``revive-guard-<cluster>`` (``@<task queue>`` for a non-default queue).
 
@@ -21,9 +22,11 @@ GUARD_REQUEST_DRAIN = "request_drain"
 DEFAULT_TASK_QUEUE = "revive"
 
 
-def incident_id(cluster: str, job_id: str, submit: datetime | None, attempt: int, family: str) -> str:
+def incident_id(cluster: str, job_id: str, submit: datetime | None, attempt: int, family: str | None = None) -> str:
+    """The incident's workflow id; ``family`` (the id form before one incident per attempt) is
+    appended only when given (benchmarks and tests that want one incident per family)."""
     st = submit.strftime("%Y%m%dT%H%M%S") if submit else "nosubmit"
-    return f"{cluster}-{job_id}-{st}-a{attempt}-{family}"
+    return f"{cluster}-{job_id}-{st}-a{attempt}" + (f"-{family}" if family else "")
 
 
 def runbook_id(incident: str) -> str:

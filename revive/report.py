@@ -184,7 +184,7 @@ def incident_loss(rec: dict, period: str = "day") -> IncidentLoss | None:
 
 def job_key_of(incident_id: str, cluster: str, job_id: str) -> str:
     """``<cluster>-<job>-<first SubmitTime>`` from an incident id (``revive.ids.incident_id``)."""
-    key = re.sub(r"-a\d+-[a-z]+$", "", incident_id)
+    key = re.sub(r"-a\d+(?:-[a-z]+)?$", "", incident_id)
     return key if key and key != incident_id else f"{cluster}-{job_id}"
 
 

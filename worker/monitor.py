@@ -8,10 +8,34 @@ stage, and start an ``IncidentWorkflow`` on the first trigger of an attempt:
 - the job leaving RUNNING abnormally (``FAILED``, ``NODE_FAIL``, ``TIMEOUT``, ``OUT_OF_MEMORY`` …);
 - a hang: no progress line for max(k × median step interval, floor).
 
-Incident id = cluster + job id + the SubmitTime first seen for the job (Slurm 22.05 resets it on
-requeue, and job ids restart at 1 on a fresh cluster) + attempt + fault family. One incident per
-attempt: later triggers of the same attempt are sent to it as ``add_trigger`` signals; lines from
+Incident id = cluster + job id + the job's first SubmitTime (Slurm 22.05 resets it on requeue,
+and job ids restart at 1 on a fresh cluster) + attempt (``revive.ids.incident_id``). One incident
+per attempt, whatever the family of its first trigger: the id does not name the family, so a second
+trigger of the attempt (a state change after a fault line, another monitor, a restarted one) finds
+the workflow id taken and goes to the open incident as an ``add_trigger`` signal; lines from
 earlier attempts never open one; 10 000 repeats of a fault make one incident.
+
+Restarts (issue #12 item 4, issue #9 item 2). Nothing the monitor needs lives only in its memory:
+
+- the attempt is the scheduler's restart count (``JobRecord.restarts``: Slurm ``Restarts=``), never
+  a count kept here nor Revive's ``=== attempt restart=N`` marker (the marker is only a hint);
+- the first SubmitTime of a job the scheduler has restarted (its SubmitTime now is the requeue's)
+  comes back from visibility: the job's incidents (``ReviveCluster`` + ``ReviveJobId``) carry it in
+  their id and memo (``_rebuild_identity`` says which incident counts as this job's);
+- incidents open on this cluster are listed once at start (``ExecutionStatus='Running'``), so a
+  re-read fault line of an attempt that has its incident is a trigger for it, not a new start;
+- the current attempt's first line is found by re-reading the log's last ``REBUILD_MAX_BYTES``
+  (``worker.detect.find_attempt_start``: the marker, or the attempt's ``attempt_started_at`` against
+  the lines' own stamps), each time the job starts an attempt (on first sight too), and the hang
+  clock is set back to the last progress line's stamp (``worker.detect.restore_clock``).
+
+A log file belongs to one job at a time: when several watched jobs name the same StdOut (a
+resubmitted job writing to the old job's file), only the job running the latest attempt reads it;
+a job that left RUNNING reads its last lines for ``FINAL_LINES_S`` and stops.
+
+Two monitors on one cluster are safe: both compute the same incident id for an attempt, Temporal
+starts it once (``WorkflowIDConflictPolicy.FAIL`` + ``REJECT_DUPLICATE``), the other's start
+becomes a trigger signal (``tests/worker/test_monitor_restart.py``).
 
 Scale (issue #13): ``shard=(i, n)`` watches only the jobs whose stable hash (sha256 of cluster and
 job id) is ``i`` modulo ``n``, so ``n`` monitors split a cluster's jobs with no overlap (and the
@@ -26,9 +50,11 @@ import asyncio
 import hashlib
 import json
 import logging
+import os
+import re
 import time
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
@@ -59,10 +85,40 @@ from revive.models import (
 from revive.policy import RecoveryPolicy
 from revive.scheduler.base import Scheduler
 from revive.site import LocalLogs, LogReader, build_site
-from revive.tail import Follower
-from worker.detect import AttemptTracker, default_scanner, fault_family, root_hit
+from revive.tail import Follower, TailState
+from worker.detect import (
+    AttemptRule,
+    AttemptTracker,
+    default_scanner,
+    fault_family,
+    find_attempt_start,
+    last_checkpoint,
+    restore_clock,
+    root_hit,
+)
 
 log = logging.getLogger("revive.monitor")
+
+REBUILD_MAX_BYTES = 32 * 1024 * 1024
+"""Bytes of a log's tail re-read to find the current attempt's first line (an attempt that wrote
+more than this is followed from this many bytes before the end)."""
+
+FINAL_LINES_S = 15.0
+"""Seconds a job that left RUNNING keeps reading its log (the dying attempt's last lines)."""
+
+ATTEMPT_WAIT_S = 60.0
+"""A restarted job whose log is stamped but shows no line of the new attempt yet is looked at again
+each pass for up to this long (the dying attempt keeps writing after the requeue: its lines must not
+count as the new attempt's); then the log is followed from where it stands."""
+
+ATTEMPT_RUNS = frozenset({JobState.RUNNING, JobState.CONFIGURING})
+"""States in which the current attempt (restart count) is known to run, so its StartTime is its own.
+Right after a requeue Slurm shows the new restart count while the old attempt is still torn down
+(``COMPLETING``, with a StartTime that is not the new attempt's): its last lines are not the new one's."""
+
+MEMO_KEY = "revive_job"
+"""Incident memo: ``{"name", "user", "first_submit" (ISO), "attempt"}`` of the job, set at start
+(not a workflow command: no replay change), read back by a restarted monitor."""
 
 
 def opted_in(job: JobRecord, cfg: ClusterConfig, policy: RecoveryPolicy) -> bool:
@@ -112,6 +168,20 @@ class Watch:
     signalled: dict[int, int] = field(default_factory=dict)
     last_state: str = JobState.UNKNOWN
     last_restart: int = 0
+    attempt: int = 0
+    """The scheduler's attempt (restart count) the tracker follows."""
+    located: bool = False
+    """The attempt's first line was found in the log (False until the attempt starts)."""
+    start_rule: AttemptRule | None = None
+    """How it was found (``worker.detect.AttemptRule``)."""
+    catch_up: int | None = None
+    """Re-reading the attempt: restore the hang clock from line stamps until the read position
+    reaches this byte (local logs)."""
+    ended_mono: float | None = None
+    """When the job was last seen leaving RUNNING (monotonic s); None while it runs."""
+    wait_from: int | None = None
+    """The new attempt has printed nothing yet: the byte to look from on the next pass (local logs)."""
+    wait_since: float | None = None
 
 
 class Monitor:
@@ -137,6 +207,11 @@ class Monitor:
         """Job logs elsewhere (the login node over SFTP, a log store); None: local files, read as
         chunks through ``self.follower`` and the chunk scanner."""
         self.scanner = default_scanner()
+        self.prefetch_threads = 0
+        """Threads a pass stats and reads the local logs on before scanning them
+        (``Follower.prefetch``; 0: read inline, the default). Worth it only where file-system calls
+        wait on I/O (a network file system): on page-cached local files the threads cost ~2.5× the
+        CPU of inline reads (docs/operations/capacity.md)."""
         self._jobs: list[JobRecord] = []
         self._last_list: float | None = None
         self._last_save: float | None = None
@@ -145,6 +220,8 @@ class Monitor:
         self._last_watchdog = 0.0
         self.pending: list[tuple] = []
         """Triggers whose incident could not be started yet (Temporal down): retried each pass."""
+        self._running: dict[str, dict[int, str]] | None = None
+        """Open incidents of this cluster at start (job id → attempt → incident id), from visibility."""
 
     # ---- loop --------------------------------------------------------------------------------
     def mine(self, job_id: str) -> bool:
@@ -188,17 +265,21 @@ class Monitor:
                 self.watches.pop(j.job_id)  # a reused id (fresh cluster): a different job
                 w = None
             if w is None and opted_in(j, self.cfg, self.policy) and j.state in WATCH_START:
-                w = Watch(job=j, first_submit=j.submit_time,
-                          tracker=AttemptTracker(k=self.policy.hang.k, floor_s=self.policy.hang.floor.total_seconds()),
-                          last_state=j.state, last_restart=j.restart_count)
+                first, opened = await self._rebuild_identity(j)
+                w = Watch(job=j, first_submit=first, tracker=self._tracker(j.restarts), opened=opened,
+                          last_state=j.state, last_restart=j.restarts, attempt=j.restarts)
                 self.watches[j.job_id] = w
-                log.info("watching job %s (%s) log %s", j.job_id, j.name, j.std_out)
+                log.info("watching job %s (%s) attempt %d log %s", j.job_id, j.name, j.restarts, j.std_out)
+        readers = self._log_owners(live, now)
+        if self.logs is None and self.prefetch_threads > 0:  # local files: stat + read on threads, then scan
+            paths = [j.std_out for job_id in self.watches if (j := live.get(job_id)) is not None and j.std_out]
+            await asyncio.to_thread(self.follower.prefetch, paths, self.prefetch_threads)
         for job_id, w in list(self.watches.items()):
             j = live.get(job_id)
             if j is None:
                 self.watches.pop(job_id)
                 continue
-            await self._follow(w, j, now)
+            await self._follow(w, j, now, reads=readers.get(j.std_out or "") == job_id)
         if self._last_save is None or now - self._last_save >= 5.0:  # a cache (re-reads are deduped): every 5 s
             self._last_save = now
             self.follower.save()
@@ -233,24 +314,117 @@ class Monitor:
             t.feed(text, now)
         return new
 
-    async def _follow(self, w: Watch, j: JobRecord, now: float) -> None:
+    def _tracker(self, attempt: int) -> AttemptTracker:
+        t = AttemptTracker(k=self.policy.hang.k, floor_s=self.policy.hang.floor.total_seconds())
+        t.attempt, t.attempt_seen = attempt, True
+        return t
+
+    def _log_owners(self, live: dict[str, JobRecord], now: float) -> dict[str, str]:
+        """Log path → the job id that reads it this pass: the watched job running the latest attempt
+        on that path, else the one that stopped running last (for ``FINAL_LINES_S``)."""
+        best: dict[str, tuple[tuple, str]] = {}
+        for job_id, w in self.watches.items():
+            j = live.get(job_id)
+            if j is None or not j.std_out:
+                continue
+            if j.state == JobState.RUNNING:
+                w.ended_mono = None
+            elif w.last_state == JobState.RUNNING or (w.ended_mono is None and w.located):
+                w.ended_mono = now
+            if j.state != JobState.RUNNING and (w.ended_mono is None or now - w.ended_mono > FINAL_LINES_S):
+                continue  # not running (pending, or ended a while ago): nothing of its own to read
+            started = j.attempt_started_at or j.submit_time or datetime.min.replace(tzinfo=UTC)
+            rank = (j.state == JobState.RUNNING, started, -(w.ended_mono or 0.0))
+            cur = best.get(j.std_out)
+            if cur is None or rank > cur[0]:
+                best[j.std_out] = (rank, job_id)
+        return {p: jid for p, (_, jid) in best.items()}
+
+    async def _locate(self, w: Watch, j: JobRecord, now: float) -> None:
+        """Find the current attempt's first line (``find_attempt_start``) in the log's last
+        ``REBUILD_MAX_BYTES`` and follow the log from there with a fresh tracker for the attempt.
+        A log that cannot be read yet (not created, login node down) is tried again next pass."""
+        path = j.std_out or ""
+        started = j.attempt_started_at
+        try:
+            if self.logs is None:
+                base, data, inode = _read_tail(path, REBUILD_MAX_BYTES, w.wait_from)
+            else:
+                data, size = await self.logs.read_tail(path, REBUILD_MAX_BYTES, job_id=j.job_id)
+                base, inode = size - len(data), 0
+        except FileNotFoundError:
+            data, base, inode = b"", 0, -1
+        except (OSError, ReviveError) as e:
+            log.warning("log of job %s unreadable for now: %s", j.job_id, e)
+            return
+        cut = data.rfind(b"\n") + 1  # whole lines only; the partial last line is read later
+        at = find_attempt_start(data[:cut], j.restarts, started, whole=base == 0)
+        waiting = w.wait_from is not None  # the log is stamped: read on from where the last look stopped
+        if (self.logs is None and inode >= 0 and at.offset == cut and (at.rule == AttemptRule.start_time or waiting)
+                and (w.wait_since is None or now - w.wait_since < ATTEMPT_WAIT_S)):
+            # stamped lines, none of the new attempt yet: what comes next may still be the dying
+            # attempt's (srun's last words after the requeue); look again on the next pass
+            if w.wait_since is None:
+                w.wait_since = now
+                log.info("job %s attempt %d started %s; its log has no line of it yet", j.job_id, j.restarts, started)
+            w.wait_from = base + cut
+            return
+        w.wait_from = w.wait_since = None
+        keep = w.tracker.checkpoint if w.located else last_checkpoint(data[:at.offset])
+        w.tracker, w.attempt, w.located, w.start_rule = self._tracker(j.restarts), j.restarts, True, at.rule
+        w.tracker.checkpoint = keep  # the last checkpoint before the attempt (its own lines may say which it loaded)
+        log.info("job %s attempt %d starts at byte %d of %s (rule %s)", j.job_id, j.restarts, base + at.offset,
+                 path, at.rule.value)
+        if self.logs is None:
+            if inode < 0:
+                self.follower.states.pop(path, None)  # not written yet: read from its first byte
+                return
+            line_no = data.count(b"\n", 0, at.offset) + (_count_lines(path, base) if base else 0)
+            self.follower.states[path] = TailState(path=path, inode=inode, offset=base + at.offset, line_no=line_no)
+            w.catch_up = base + cut
+            return
+        # elsewhere (SFTP, a log store): feed the attempt's lines now, then continue after them
+        chunk = data[at.offset:cut]
+        if chunk:
+            for i, raw in enumerate(chunk.split(b"\n")[:-1]):
+                text = raw.decode("utf-8", "replace")
+                w.tracker.feed(text, now)
+                await self._root(w, j, i + 1, text)
+            restore_clock(w.tracker, now, datetime.now(UTC))
+        if inode >= 0:
+            self.logs.seek(path, data, base + len(data))
+
+    async def _root(self, w: Watch, j: JobRecord, line_no: int | None, text: str) -> None:
+        hit = root_hit(line_no or 0, text)
+        if hit:
+            await self._trigger(w, j, Trigger(
+                kind=TriggerKind.log_signature, at=datetime.now(UTC), signature_id=hit.signature_id,
+                text=hit.text, source=j.std_out, line_no=line_no), fault_family(hit.category))
+
+    async def _follow(self, w: Watch, j: JobRecord, now: float, reads: bool = True) -> None:
+        if (j.restarts != w.attempt or not w.located) and j.state in ATTEMPT_RUNS:
+            if j.restarts != w.attempt and w.wait_since is None:
+                log.info("job %s: attempt %d → %d (scheduler restart count)", j.job_id, w.attempt, j.restarts)
+            await self._locate(w, j, now)
         t = w.tracker
-        if j.std_out:
+        if j.std_out and reads and w.located:
             for line_no, text in await self._new_lines(t, j, now):
-                if t.attempt_seen and t.attempt < j.restart_count:
-                    continue  # lines of an earlier attempt never open an incident
-                hit = root_hit(line_no, text)
-                if hit:
-                    await self._trigger(w, j, Trigger(
-                        kind=TriggerKind.log_signature, at=datetime.now(UTC), signature_id=hit.signature_id,
-                        text=hit.text, source=j.std_out, line_no=line_no), fault_family(hit.category))
-        if j.state == "RUNNING" and t.hung(now) and t.attempt >= j.restart_count:
+                if j.restarts != w.attempt or t.attempt != w.attempt:
+                    continue  # lines of an earlier attempt (or after a marker of another) never open an incident
+                await self._root(w, j, line_no, text)
+            if w.catch_up is not None:
+                restore_clock(t, now, datetime.now(UTC))
+                st = self.follower.states.get(j.std_out)
+                if st is None or st.offset >= w.catch_up:
+                    w.catch_up = None
+        current = w.located and j.restarts == w.attempt == t.attempt
+        if j.state == "RUNNING" and current and t.hung(now):
             since = t.last_progress_ts
             await self._trigger(w, j, Trigger(
                 kind=TriggerKind.no_progress, at=datetime.now(UTC), since=since,
                 threshold_s=round(t.threshold_s(), 3), source=j.std_out,
                 text=f"no progress line for {t.silent_for(now):.1f} s (threshold {t.threshold_s():.1f} s)"), "hang")
-        if j.state == "RUNNING" and t.attempt >= j.restart_count and t.slowed():
+        if j.state == "RUNNING" and current and t.slowed():
             await self._trigger(w, j, Trigger(
                 kind=TriggerKind.slow_progress, at=datetime.now(UTC), source=j.std_out,
                 text=f"step time ≥ 5% above the attempt's baseline for 10 consecutive steps "
@@ -272,7 +446,7 @@ class Monitor:
         w.last_state, w.last_restart, w.job = j.state, j.restart_count, j
 
     async def _trigger(self, w: Watch, j: JobRecord, trig: Trigger, family: str, attempt: int | None = None) -> None:
-        attempt = w.tracker.attempt if attempt is None else attempt
+        attempt = w.attempt if attempt is None else attempt
         attempt = max(attempt, 0)
         existing = w.opened.get(attempt)
         if existing:
@@ -280,17 +454,9 @@ class Monitor:
             if trig.kind in (TriggerKind.no_progress, TriggerKind.slow_progress) or n >= 20:
                 return  # a hang keeps 'triggering' every pass; repeats beyond 20 add nothing
             w.signalled[attempt] = n + 1
-            try:
-                # an Update, not a Signal: once the incident keeps MAX_EXTRA_TRIGGERS its validator
-                # refuses, which writes no history event (the storm is coalesced, not recorded)
-                await asyncio.wait_for(self.client.get_workflow_handle(existing).execute_update(
-                    "add_trigger", (trig.text or trig.kind.value)[:4096], result_type=int), timeout=10)
-            except WorkflowUpdateFailedError:
-                pass  # refused: coalesced (the incident keeps enough triggers already)
-            except Exception:
-                pass  # closed already: the trigger is a repeat of a handled fault
+            await self._signal(existing, trig)
             return
-        iid = incident_id(self.cfg.name, j.job_id, w.first_submit, attempt, family)
+        iid = incident_id(self.cfg.name, j.job_id, w.first_submit, attempt)
         inp = IncidentInput(
             incident_id=iid, cluster=self.cfg.name,
             job=JobIdentity(job_id=j.job_id, user=j.user, name=j.name, restart_count=attempt),
@@ -305,8 +471,10 @@ class Monitor:
         try:
             handle: WorkflowHandle = await self.client.start_workflow(
                 IncidentWorkflow.run, inp, id=iid, task_queue=self.task_queue,
-                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                memo={MEMO_KEY: {"name": j.name, "user": j.user, "attempt": attempt,
+                                 "first_submit": w.first_submit.isoformat() if w.first_submit else None}},
                 search_attributes=TypedSearchAttributes([
                     SearchAttributePair(sa.CLUSTER, self.cfg.name), SearchAttributePair(sa.JOB_ID, j.job_id),
                     SearchAttributePair(sa.STATE, "opened"), SearchAttributePair(sa.INCIDENT_ID, iid),
@@ -321,11 +489,168 @@ class Monitor:
             rm.incident_opened(family)
             log.info("incident %s opened (%s: %s)", iid, trig.kind.value, (trig.text or "")[:200])
         except WorkflowAlreadyStartedError:
+            # the attempt has its incident (another trigger, another monitor, before a restart):
+            # this trigger is later evidence for it (a closed one ignores it)
             w.opened[attempt] = iid
-            log.info("incident %s already handled", iid)
+            w.signalled[attempt] = w.signalled.get(attempt, 0) + 1
+            log.info("incident %s exists: %s sent to it as a trigger", iid, trig.kind.value)
+            await self._signal(iid, trig)
         except Exception as e:  # Temporal unreachable: keep the trigger, retry on the next pass
             log.warning("cannot open incident %s yet (%s); will retry", iid, e)
             self.pending.append((w, j, trig, family, attempt))
+
+    async def _signal(self, iid: str, trig: Trigger) -> None:
+        """Later evidence to the attempt's open incident, as the ``add_trigger`` Update: once the
+        incident keeps MAX_EXTRA_TRIGGERS its validator refuses, which writes no history event (a
+        storm is coalesced, not recorded). A closed incident ignores it."""
+        try:
+            await asyncio.wait_for(self.client.get_workflow_handle(iid).execute_update(
+                "add_trigger", (trig.text or trig.kind.value)[:4096], result_type=int), timeout=10)
+        except WorkflowUpdateFailedError:
+            pass  # refused: coalesced (the incident keeps enough triggers already)
+        except Exception:
+            pass  # closed already: the trigger is a repeat of a handled fault
+
+    # ---- rebuild (a restarted monitor) ----------------------------------------------------------
+    async def _list(self, query: str) -> list:
+        lister = getattr(self.client, "list_workflows", None)
+        if lister is None:
+            return []
+        try:
+            return [wf async for wf in lister(query, limit=1000)]
+        except Exception as e:  # visibility down: ids still dedupe; the submit time falls back
+            log.warning("visibility unavailable for the rebuild (%s): %s", query, e)
+            return []
+
+    async def _running_incidents(self) -> dict[str, dict[int, str]]:
+        """Job id → attempt → id of the incidents open on this cluster (one query, at first use)."""
+        if self._running is None:
+            self._running = {}
+            q = (f"WorkflowType='IncidentWorkflow' AND {sa.CLUSTER.name}={_quote(self.cfg.name)} "
+                 f"AND ExecutionStatus='Running'")
+            for wf in await self._list(q):
+                job = wf.typed_search_attributes.get(sa.JOB_ID)
+                got = parse_incident_id(wf.id, self.cfg.name, job) if job else None
+                if got:
+                    self._running.setdefault(job, {})[got[1]] = wf.id
+        return self._running
+
+    async def _rebuild_identity(self, j: JobRecord) -> tuple[datetime | None, dict[int, str]]:
+        """(first SubmitTime, attempt → incident id) for a job seen for the first time.
+
+        A job never restarted: its SubmitTime is the first one. A restarted job: its SubmitTime is
+        the last requeue's, so the first one comes from its incidents in visibility
+        (``ReviveCluster`` + ``ReviveJobId``), taking only those that belong to this job and not to an
+        earlier job with the same id (a fresh cluster): the memo's name and user match, and either
+        the incident is about the current attempt and started after it did, or about the attempt
+        before and was still open when the job was requeued (closed at or after the SubmitTime the
+        requeue set). None found (Slurm restarted the job and no incident was opened): the current
+        SubmitTime (so ``job_submit_time`` bounds the budgets from the last requeue on)."""
+        running = (await self._running_incidents()).get(j.job_id, {})
+        if j.restarts == 0 or j.submit_time is None:
+            first_stamp = _stamp(j.submit_time)
+            return j.submit_time, {a: i for a, i in running.items() if _stamp_of(i) == first_stamp}
+        q = (f"WorkflowType='IncidentWorkflow' AND {sa.CLUSTER.name}={_quote(self.cfg.name)} "
+             f"AND {sa.JOB_ID.name}={_quote(j.job_id)}")
+        found: list[tuple[str, int, str, datetime | None]] = []
+        stamp: str | None = None
+        for wf in await self._list(q):
+            got = parse_incident_id(wf.id, self.cfg.name, j.job_id)
+            if not got:
+                continue
+            try:
+                memo = await wf.memo_value(MEMO_KEY, default={})
+            except Exception:
+                memo = {}
+            memo = memo if isinstance(memo, dict) else {}
+            if ("name" in memo and memo["name"] != j.name) or ("user" in memo and memo["user"] != j.user):
+                continue  # another job that had this id
+            found.append((got[0], got[1], wf.id, _parse_iso(memo.get("first_submit"))))
+            a, st, ct, started = got[1], wf.start_time, wf.close_time, j.attempt_started_at
+            if stamp is None and (
+                    (a == j.restarts and (started is None or st is None or st >= started - timedelta(seconds=1)))
+                    or (a == j.restarts - 1 and (ct is None or ct >= j.submit_time - timedelta(seconds=1)))):
+                stamp = got[0]
+        if stamp is None:
+            now_stamp = _stamp(j.submit_time)
+            return j.submit_time, {a: i for a, i in running.items() if _stamp_of(i) == now_stamp}
+        mine = [x for x in found if x[0] == stamp]
+        first = next((x[3] for x in mine if x[3] is not None), None) or _from_stamp(stamp)
+        opened = {a: i for a, i in running.items() if _stamp_of(i) == stamp}
+        opened.update({x[1]: x[2] for x in mine})
+        log.info("job %s: first SubmitTime %s from its incidents %s", j.job_id, first, sorted(x[2] for x in mine))
+        return first, opened
+
+
+_STAMP = re.compile(r"^\d{8}T\d{6}$")
+
+
+def parse_incident_id(iid: str, cluster: str, job_id: str) -> tuple[str, int] | None:
+    """``<cluster>-<job>-<stamp>-a<attempt>[-<family>]`` (``revive.ids.incident_id``; ids from
+    before one incident per attempt end with the family) → (stamp, attempt), or None."""
+    m = re.fullmatch(rf"{re.escape(cluster)}-{re.escape(job_id)}-(\d{{8}}T\d{{6}}|nosubmit)-a(\d+)(?:-[a-z]+)?", iid)
+    return (m.group(1), int(m.group(2))) if m else None
+
+
+def _stamp(t: datetime | None) -> str:
+    return t.strftime("%Y%m%dT%H%M%S") if t else "nosubmit"
+
+
+def _stamp_of(iid: str) -> str | None:
+    m = re.search(r"-(\d{8}T\d{6}|nosubmit)-a\d+(?:-[a-z]+)?$", iid)
+    return m.group(1) if m else None
+
+
+def _from_stamp(stamp: str) -> datetime | None:
+    try:
+        return datetime.strptime(stamp, "%Y%m%dT%H%M%S").replace(tzinfo=UTC)
+    except ValueError:
+        return None
+
+
+def _parse_iso(v: object) -> datetime | None:
+    if not isinstance(v, str):
+        return None
+    try:
+        t = datetime.fromisoformat(v)
+    except ValueError:
+        return None
+    return t if t.tzinfo else t.replace(tzinfo=UTC)
+
+
+def _quote(v: str) -> str:
+    """A visibility query string literal (single quotes, backslash and quote escaped)."""
+    return "'" + v.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _read_tail(path: str, max_bytes: int, start: int | None = None) -> tuple[int, bytes, int]:
+    """(offset of the first byte read, the last ``max_bytes`` bytes — or those from ``start`` on
+    when that is less —, inode) of a local file."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        st = os.fstat(fd)
+        base = max(0, st.st_size - max_bytes)
+        if start is not None and base < start <= st.st_size:
+            base = start
+        return base, os.pread(fd, st.st_size - base, base), st.st_ino
+    finally:
+        os.close(fd)
+
+
+def _count_lines(path: str, upto: int) -> int:
+    """Newlines in the first ``upto`` bytes of a local file (line numbers after a tail re-read)."""
+    n, pos = 0, 0
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        while pos < upto:
+            b = os.pread(fd, min(1 << 20, upto - pos), pos)
+            if not b:
+                break
+            n += b.count(b"\n")
+            pos += len(b)
+    finally:
+        os.close(fd)
+    return n
 
 
 async def run_monitor(cfg: ClusterConfig, policy: RecoveryPolicy, policy_path: str | None = None,

@@ -20,6 +20,7 @@ from revive.models.jobstate import (
     ABNORMAL_END,
     ACTIVE,
     FAMILY_BY_END,
+    NOT_STARTED,
     TERMINAL,
     UNSUCCESSFUL_END,
     WATCH_START,
@@ -29,4 +30,4 @@ from revive.models.payloads import *  # noqa: F403
 from revive.models.payloads import __all__ as _payloads_all
 
 __all__ = [*_domain_all, *_payloads_all, "JobState", "ACTIVE", "TERMINAL", "ABNORMAL_END", "WATCH_START",
-           "FAMILY_BY_END", "UNSUCCESSFUL_END"]
+           "FAMILY_BY_END", "UNSUCCESSFUL_END", "NOT_STARTED"]

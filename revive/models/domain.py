@@ -16,7 +16,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from revive.models.jobstate import JobState
+from revive.models.jobstate import NOT_STARTED, JobState
 
 
 class Category(StrEnum):
@@ -159,6 +159,28 @@ class JobRecord(BaseModel):
     """``Dependency`` as slurmctld prints it, e.g. ``afterok:123_*(unfulfilled)``
     (``revive.scheduler.arrays.parse_dependency``)."""
     """True when the job is held (Priority=0 / Reason=job_requeued_in_held_state / JobHeld*)."""
+
+    @property
+    def restarts(self) -> int:
+        """How many times the scheduler restarted the job: its current attempt number (0 = the
+        first run). Slurm: ``Restarts=`` of ``scontrol show job -o`` / ``restart_cnt`` of
+        ``squeue --json`` and slurmrestd (Slurm 22.05, ``src/common/slurm_protocol_defs.h``
+        ``restart_cnt``); it counts every requeue, Revive's or the scheduler's own."""
+        return self.restart_count
+
+    @property
+    def attempt_started_at(self) -> datetime | None:
+        """When the current attempt started (aware UTC), or None when it has not (yet) started.
+        Slurm: ``StartTime=`` / ``start_time``, trusted only once the job left PENDING (a pending
+        job's StartTime is the scheduler's expected start, e.g. after a requeue). Unlike
+        ``submit_time`` (which Slurm 22.05 resets on requeue) it marks the attempt's first line."""
+        return self.start_time if self.attempt_started else None
+
+    @property
+    def attempt_started(self) -> bool:
+        """The current attempt has started (the job is not waiting for an allocation:
+        ``revive.models.jobstate.NOT_STARTED``)."""
+        return self.state not in NOT_STARTED
 
 
 class NodeRecord(BaseModel):

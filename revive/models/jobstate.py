@@ -110,6 +110,13 @@ not survived."""
 WATCH_START: frozenset[JobState] = frozenset({JobState.RUNNING, JobState.PENDING, JobState.CONFIGURING})
 """States in which the monitor starts watching a newly seen job."""
 
+NOT_STARTED: frozenset[JobState] = frozenset({
+    JobState.PENDING, JobState.REQUEUED, JobState.REQUEUE_HOLD, JobState.REQUEUE_FED, JobState.RESV_DEL_HOLD,
+    JobState.UNKNOWN,
+})
+"""The job's current attempt has not started (it waits for an allocation, e.g. after a requeue):
+its StartTime is the scheduler's expectation, not a fact (``JobRecord.attempt_started_at``)."""
+
 FAMILY_BY_END: dict[JobState, str] = {
     JobState.NODE_FAIL: "node", JobState.TIMEOUT: "limit", JobState.PREEMPTED: "limit",
     JobState.OUT_OF_MEMORY: "oom",

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -43,3 +45,25 @@ def test_bench_checkpoint_quick_prints_its_bench_line():
     for k in ("loop_ms", "log_mib", "save_latency_p50_ms", "save_latency_max_ms"):
         _num(f[k])
     assert f["saves"] == "3"
+
+
+@pytest.mark.slurm
+def test_bench_schedpoll_quick_times_every_access_path(slurm_cluster):
+    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_schedpoll.py"), "--quick"],
+                       capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
+    rows = [dict(kv.split("=", 1) for kv in x.split()[2:]) for x in p.stdout.splitlines() if x.startswith("BENCH ")]
+    assert {r["path"] for r in rows} == {"scontrol", "squeue_json", "rest"}
+    for r in rows:
+        assert int(r["jobs"]) >= 100  # the held jobs it submitted are all listed
+        assert _num(r["rpcs_per_poll"]) >= 1  # each poll is at least one REQUEST_JOB_INFO at slurmctld
+        for k in ("poll_s_p50", "poll_s_p99", "ctld_us_per_poll", "load"):
+            _num(r[k])
+
+
+@pytest.mark.e2e
+def test_bench_mttd_quick_times_one_real_recovery(slurm_cluster):
+    f = _bench("bench_mttd.py", "--quick", timeout=600)
+    assert f["fault"] == "xid79" and f["runs"] == "1" and f["ok"] == "1"
+    detect, action, resume = _num(f["detect_p50_s"]), _num(f["action_p50_s"]), _num(f["resume_p50_s"])
+    assert 0 < detect < action < resume  # fault → incident → drain/requeue → progress past the checkpoint

@@ -226,7 +226,87 @@ def test_runs_of_demo_progress_lines_take_the_bulk_path(tmp_path, monkeypatch):
 
     monkeypatch.setattr(AttemptTracker, "feed_progress", spy)
     data = _progress_mix(0)
-    b = _chunked([data], tmp_path / "b.log", default_scanner())
-    assert sum(calls) > 200  # many demo lines went through feed_progress …
+    sc = ChunkScanner()
+    b = _chunked([data], tmp_path / "b.log", sc)
+    assert sum(calls) + sc.summarised > 200  # many demo lines went through a bulk path …
     a = _per_line([data], tmp_path / "a.log")
     assert a == b  # … with the same result
+
+
+def _busy_log(n: int = 6000, ranks: int = 16, first_rank: int = 0, tail=None, nccl_every: int = 40) -> bytes:
+    """A busy multi-rank job: demo progress lines, NCCL INFO chatter (a catalog literal, ignored by
+    the tracker) every ``nccl_every`` lines, ranks rotating from ``first_rank``; ``tail(i)`` may
+    append text to line ``i``."""
+    out = ["=== attempt restart=0 2026-11-29T00:00:00+00:00"]
+    for i in range(n):
+        r = (first_rank + i) % ranks
+        if i % nccl_every == nccl_every - 1:
+            out.append(f"gpu-node-{r:03d}:4429:4429 [{r % 8}] NCCL INFO Channel 06/0 : {r}[{r % 8}] -> {r + 1} via P2P/IPC")
+            continue
+        step = 20.0 + (i % 7) / 10 + (5 if i > n // 2 else 0)
+        line = (f"2026-11-29T00:{i // 600 % 60:02d}:{i // 10 % 60:02d}.{i % 10}00+00:00 [rank {r} host n{r // 8}] "
+                f"iteration {i // ranks}/100000 | loss 0.5 | compute_ms 9.9 | step_time_ms {step:.1f}")
+        out.append(line + (tail(i) if tail else ""))
+    return ("\n".join(out) + "\n").encode()
+
+
+@pytest.mark.parametrize("pieces", [1, 5])
+def test_a_busy_log_is_summarised_with_the_per_line_result(pieces, tmp_path):
+    """The NCCL chatter between progress lines does not split the run: the whole stretch is
+    summarised (no Python per line) and the tracker ends exactly as the per-line path leaves it:
+    rank 0's step times in order (trimmed past 2,000), the step intervals, last line per rank."""
+    data = _busy_log(n=12_000, ranks=4)
+    chunks = _split(data, random.Random(pieces)) if pieces > 1 else [data]
+    sc = ChunkScanner()
+    b = _chunked(chunks, tmp_path / "b.log", sc)
+    assert sc.summarised > 10_000
+    a = _per_line(chunks, tmp_path / "a.log")
+    assert a == b
+    assert 1000 < len(b[1]["step_ms"]) <= 2000 and len(b[1]["last_by_rank"]) == 4  # trimmed once
+    assert len(b[1]["step_intervals"]) == 200
+
+
+@pytest.mark.parametrize("case", ["leading_zero_rank", "lowest_rank_not_0", "second_iteration_in_tail",
+                                  "rank_0_quoted_in_tail", "iterations_going_back", "noise_line"])
+def test_runs_the_summary_is_not_exact_for_take_the_per_line_loop(case, tmp_path):
+    tails = {
+        "second_iteration_in_tail": lambda i: " [x] iteration 7/9" if i == 3000 else "",
+        "rank_0_quoted_in_tail": lambda i: " see [rank 0 host n0] iteration 1/2" if i == 3001 else "",
+    }
+    if case == "leading_zero_rank":
+        data = _busy_log().replace(b"[rank 0 host n0] iteration 300/", b"[rank 00 host n0] iteration 300/")
+    elif case == "lowest_rank_not_0":
+        data = _busy_log(first_rank=3)
+    elif case == "iterations_going_back":
+        data = _busy_log().replace(b"iteration 200/", b"iteration 9/")
+    elif case == "noise_line":
+        data = _busy_log().replace(b"[rank 5 host n0] iteration 100/", b"[rank 5 host n0] iter 100/")
+    else:
+        data = _busy_log(tail=tails[case])
+    sc = ChunkScanner()
+    b = _chunked([data], tmp_path / "b.log", sc)
+    a = _per_line([data], tmp_path / "a.log")
+    assert a == b
+    if case != "iterations_going_back":  # going back is exact in the summary too
+        assert sc.summarised < 6000  # the run with the odd line went line by line
+
+
+def test_an_ill_formed_step_time_raises_as_the_per_line_path_does(tmp_path):
+    data = _busy_log().replace(b"step_time_ms 20.3", b"step_time_ms 20.3.1", 1)
+    with pytest.raises(ValueError):
+        _per_line([data], tmp_path / "a.log")
+    with pytest.raises(ValueError):
+        _chunked([data], tmp_path / "b.log", ChunkScanner())
+
+
+def test_a_stamp_that_is_not_a_date_counts_as_no_stamp_on_every_path(tmp_path):
+    """Month 13 matches the stamp pattern but is no date: no step interval from that line, and
+    ``last_progress_ts`` None, whether the line went per line, through feed_progress or the summary."""
+    bad = b"2026-13-29T00:00:09+00:00 [rank 0 host n0] iteration 999999/100000 | loss 0.5 | step_time_ms 20.0\n"
+    for data in (_busy_log(n=200, ranks=2) + bad,  # small: feed_progress
+                 _busy_log(n=3000, ranks=2) + bad + _busy_log(n=3000, ranks=2).split(b"\n", 1)[1]):
+        sc = ChunkScanner()
+        b = _chunked([data], tmp_path / "b.log", sc)
+        a = _per_line([data], tmp_path / "a.log")
+        assert a == b
+    assert b[1]["last_iteration"] == 999999 and sc.summarised > 0

