@@ -30,6 +30,15 @@ app.add_typer(node_app, name="node")
 app.add_typer(progress_app, name="progress")
 
 
+def _mount_health() -> None:
+    from cli.health import health_app
+
+    app.add_typer(health_app, name="health")
+
+
+_mount_health()
+
+
 def _mount_agent() -> None:
     from revive.gpu.agent_cli import app as agent_app  # --help needs no NVML: nothing is loaded at import
 
@@ -109,13 +118,20 @@ def _serve_metrics(port: int | None, addr: str) -> object | None:
 
 @app.command()
 def worker(config: ConfigOpt = DEFAULT_CONFIG, metrics_port: MetricsPortOpt = None,
-           metrics_addr: MetricsAddrOpt = "0.0.0.0") -> None:
+           metrics_addr: MetricsAddrOpt = "0.0.0.0",
+           policy: Annotated[str | None, typer.Option(
+               help="policy YAML: with return_to_service.enabled, create/update the return-to-service schedule")] = None,
+           ) -> None:
     """Run the Temporal worker (workflows + activities) for a cluster."""
     from worker.main import run_worker
 
     cfg = _cfg(config)
+    if policy:
+        from revive.policy import load_policy
+
+        load_policy(policy)  # a bad file fails here, with the field named
     _serve_metrics(metrics_port, metrics_addr)
-    _run(run_worker(cfg))
+    _run(run_worker(cfg, policy_path=policy))
 
 
 @app.command()

@@ -59,3 +59,35 @@ def job_record_id(cluster: str, job_id: str, task_queue: str = DEFAULT_TASK_QUEU
     the job's first SubmitTime and budgets there without knowing them."""
     base = f"revive-job-{cluster}-{job_id}"
     return base if task_queue == DEFAULT_TASK_QUEUE else f"{base}@{task_queue}"
+
+
+RTS_WORKFLOW = "ReturnToServiceWorkflow"
+"""The per-cluster return-to-service run (started by the Schedule ``rts_schedule_id``)."""
+NODE_CHECK_WORKFLOW = "NodeCheckWorkflow"
+"""One node's health check and resume (child of the per-cluster run)."""
+
+
+def _tq_suffix(task_queue: str) -> str:
+    return "" if task_queue == DEFAULT_TASK_QUEUE else f"@{task_queue}"
+
+
+def rts_schedule_id(cluster: str, task_queue: str = DEFAULT_TASK_QUEUE) -> str:
+    """The Temporal Schedule that runs ``ReturnToServiceWorkflow``: ``revive-rts-<cluster>``."""
+    return f"revive-rts-{cluster}{_tq_suffix(task_queue)}"
+
+
+def rts_run_id(cluster: str, task_queue: str = DEFAULT_TASK_QUEUE) -> str:
+    """Workflow id of a per-cluster run started by hand (``revive health run``); the Schedule
+    appends its own timestamp to ``rts_schedule_id``."""
+    return f"revive-rts-{cluster}-run{_tq_suffix(task_queue)}"
+
+
+def node_check_id(cluster: str, node: str, task_queue: str = DEFAULT_TASK_QUEUE) -> str:
+    """``revive-rts-<cluster>-node-<node>``: one check per node at a time (a second start while one
+    runs is refused by the server)."""
+    return f"revive-rts-{cluster}-node-{node}{_tq_suffix(task_queue)}"
+
+
+def maintenance_window_name(node: str) -> str:
+    """The maintenance window (Slurm reservation) of a node's check: ``revive-rts-<node>``."""
+    return f"revive-rts-{node}"

@@ -149,6 +149,13 @@ class ReviveMetrics:
         self.resumes = Counter("revive_resumes_total", "Nodes Revive returned to service (scontrol resume).",
                                registry=r)
         self.requeues = Counter("revive_requeues_total", "Jobs Revive requeued (or resubmitted).", registry=r)
+        self.false_isolations = Counter(
+            "revive_false_isolations_total",
+            "Nodes drained for a hardware fault whose return-to-service health check found nothing (resumed).",
+            ["category"], registry=r)
+        self.rts_checks = Counter("revive_rts_checks_total",
+                                  "Return-to-service health checks run, by result (passed | failed).",
+                                  ["result"], registry=r)
         self.breaker_open = Gauge("revive_breaker_open", "1 while the cluster's drain circuit breaker refuses drains.",
                                   ["cluster"], registry=r)
         self.approvals_pending = Gauge("revive_approvals_pending", "Incidents waiting for a person's decision.",
@@ -226,6 +233,14 @@ class ReviveMetrics:
             return
         if count > 0:
             c.inc(count)
+
+    def false_isolation(self, category: str) -> None:
+        """One node drained for ``category`` (a hardware category) passed its health check."""
+        self.false_isolations.labels(self._label["category"](category)).inc()
+
+    def rts_check(self, passed: bool) -> None:
+        """One return-to-service health check ran (``activities.health.run_health_check``)."""
+        self.rts_checks.labels("passed" if passed else "failed").inc()
 
     # ---- guards and approvals --------------------------------------------------------------------
     def set_breaker(self, cluster: str, open: bool) -> None:
@@ -493,6 +508,14 @@ def action_issued(kind: str, count: int = 1) -> None:
 
 def set_breaker(cluster: str, open: bool) -> None:
     METRICS.set_breaker(cluster, open)
+
+
+def false_isolation(category: str) -> None:
+    METRICS.false_isolation(category)
+
+
+def rts_check(passed: bool) -> None:
+    METRICS.rts_check(passed)
 
 
 def set_approvals(pending_ages_s: Iterable[float]) -> None:

@@ -35,6 +35,8 @@ _TITLES = {
     "recovered": ":white_check_mark: Recovered",
     "not_recovered": ":x: Not recovered",
     "unverified": ":grey_question: Recovery not verifiable (log matches no progress profile)",
+    "node_resumed": ":white_check_mark: Node returned to service",
+    "node_check_failed": ":x: Node health check failed (stays drained)",
 }
 
 

@@ -144,6 +144,51 @@ class NotifyPolicy(_Strict):
     """Extra attempts per webhook after a failure (connection error, timeout, 429, 5xx)."""
 
 
+class CheckMethod(StrEnum):
+    """Where a return-to-service health check runs on a drained node (Slurm starts no job there)."""
+
+    direct = "direct"
+    """On the node itself: over SSH in site mode, locally on the testbed (``revive.health``)."""
+    reservation = "reservation"
+    """As a job inside a maintenance window (Slurm reservation ``revive-rts-<node>``, flags
+    ``MAINT,IGNORE_JOBS``) on that node: the node is resumed for the job's run only."""
+
+
+class ReturnToServicePolicy(_Strict):
+    """Health checks that return nodes Revive drained to service (``workflows.return_to_service``).
+
+    Off by default: a site names its check first. Examples of ``command`` (argv, ``{node}``
+    substituted, exit status 0 = healthy): ``["nvidia-smi", "-q"]``, ``["dcgmi", "diag", "-r", "2"]``,
+    an NCCL all-reduce test where one is installed (``["all_reduce_perf", "-b", "8", "-e", "1G"]``),
+    or any script. A node passes only when the command exits 0 within ``timeout``.
+    """
+
+    enabled: bool = False
+    """When true the worker creates (or updates) the per-cluster Temporal Schedule on start."""
+    interval: timedelta = timedelta(minutes=10)
+    """How often the per-cluster ``ReturnToServiceWorkflow`` runs (the Schedule's interval)."""
+    command: list[str] = Field(default_factory=lambda: ["nvidia-smi", "-q"])
+    method: CheckMethod = CheckMethod.direct
+    timeout: timedelta = timedelta(minutes=10)
+    """Longest one check may run (the command, or the job in the maintenance window)."""
+    max_concurrent: int = Field(default=2, ge=1, le=64)
+    """At most this many nodes in checks at once, per cluster."""
+    recheck_after: timedelta = timedelta(hours=1)
+    """A node whose check failed is checked again after this long (its drain reason carries the
+    time of the failed check). A node whose incident is still open is never checked."""
+    reservation_users: list[str] = Field(default_factory=lambda: ["root"])
+    """Users the maintenance window admits (the worker's user submits the check job)."""
+    reservation_extra: timedelta = timedelta(minutes=5)
+    """The window lasts ``timeout`` plus this margin; deleted as soon as the check ends."""
+
+    @field_validator("command")
+    @classmethod
+    def _command_nonempty(cls, v: list[str]) -> list[str]:
+        if not v or not v[0].strip():
+            raise ValueError("must name a program (argv list, e.g. ['nvidia-smi', '-q'])")
+        return v
+
+
 class RecoveryPolicy(_Strict):
     """The whole policy. Passed as workflow input; every decision names the rule it used."""
 
@@ -162,6 +207,7 @@ class RecoveryPolicy(_Strict):
     notify: NotifyPolicy = Field(default_factory=NotifyPolicy)
     save_before_requeue: SaveBeforeRequeuePolicy = Field(default_factory=SaveBeforeRequeuePolicy)
     bad_checkpoint: BadCheckpointPolicy = Field(default_factory=BadCheckpointPolicy)
+    return_to_service: ReturnToServicePolicy = Field(default_factory=ReturnToServicePolicy)
     drain_reason_prefix: str = "revive:"
     topology: dict[str, str] = Field(default_factory=dict)
     """Optional node → switch (or rack) map. A communication error (NCCL/IB) naming several nodes

@@ -323,10 +323,13 @@ def resumes_path(audit_file: str | Path) -> Path:
 
 
 def record_resume(audit_file: str | Path, node: str, drain_reason: str | None, prefix: str,
-                  at: datetime | None = None) -> None:
-    """Append one return-to-service line (``revive node resume``), O_APPEND + fsync."""
+                  at: datetime | None = None, incident_id: str | None = None) -> None:
+    """Append one return-to-service line (``revive node resume``, ``NodeCheckWorkflow``), O_APPEND +
+    fsync. ``incident_id``: the incident that drained the node when the caller knows it (a reason
+    rewritten after a failed health check no longer starts with the id); else read from the reason."""
     reason = drain_reason or ""
     iid = reason[len(prefix):].split()[0] if reason.startswith(prefix) and len(reason) > len(prefix) else None
+    iid = incident_id or iid
     line = json.dumps({"kind": "node_resume", "node": node, "at": (at or datetime.now(UTC)).isoformat(),
                        "drain_reason": reason, "incident_id": iid}) + "\n"
     path = resumes_path(audit_file)

@@ -20,6 +20,7 @@ from activities.audit import AuditActivities
 from activities.checkpoint import CheckpointActivities
 from activities.evidence import EvidenceActivities
 from activities.guard import GuardActivities, hardware_history
+from activities.health import HealthActivities
 from activities.jobspec import JobSpecActivities
 from activities.notify import notify
 from activities.remediation import RemediationActivities
@@ -33,8 +34,10 @@ from runbooks import RUNBOOKS
 from workflows.guard import ClusterGuardWorkflow
 from workflows.incident import IncidentWorkflow
 from workflows.job_record import JobRecordWorkflow
+from workflows.return_to_service import NodeCheckWorkflow, ReturnToServiceWorkflow
 
-WORKFLOWS = [IncidentWorkflow, ClusterGuardWorkflow, JobRecordWorkflow, *RUNBOOKS.values()]
+WORKFLOWS = [IncidentWorkflow, ClusterGuardWorkflow, JobRecordWorkflow, *RUNBOOKS.values(), ReturnToServiceWorkflow,
+             NodeCheckWorkflow]
 
 
 def build_activities(client: Client, cfg: ClusterConfig, site: Site, task_queue: str) -> list:
@@ -69,12 +72,16 @@ def build_activities(client: Client, cfg: ClusterConfig, site: Site, task_queue:
     ck = CheckpointActivities(scheduler, logs=site.logs)
     au = AuditActivities(Path(cfg.audit_file))
     gd = GuardActivities(client, task_queue)
+    ha = HealthActivities(scheduler, client, task_queue, cfg.audit_file,
+                          job_output_dir=state / "rts" if cfg.local_testbed else None)
     return [
         js.save_job_spec, ev.gather_evidence, at.attribute, at.attribute_external,
         rm.check_identity, rm.drain_nodes, rm.requeue_job, rm.diagnose_hang, rm.read_mode,
         rm.signal_job, rm.rewait_dependents, ck.plan_save, ck.wait_for_save, ck.checkpoint_loop, ck.job_dependents,
         vf.verify_progress, vf.wait_for_checkpoint, au.append_audit, gd.request_drain_grant, gd.incident_history,
         gd.admit_incident, gd.report_job_outcome, gd.read_guard_mode, gd.read_guard_policy, notify,
+        ha.rts_candidates, ha.rts_guard_drains, ha.run_health_check, ha.resume_checked_node, ha.redrain_checked_node,
+        ha.record_node_check,
     ]
 
 
@@ -93,12 +100,22 @@ def build_worker(client: Client, cfg: ClusterConfig, scheduler: Scheduler, task_
                   interceptors=[rm.metrics_interceptor()], graceful_shutdown_timeout=timedelta(seconds=5))
 
 
-async def run_worker(cfg: ClusterConfig, scheduler: Scheduler | None = None) -> None:
-    """Run until SIGINT/SIGTERM."""
+async def run_worker(cfg: ClusterConfig, scheduler: Scheduler | None = None, policy_path: str | None = None) -> None:
+    """Run until SIGINT/SIGTERM. With ``policy_path`` whose ``return_to_service.enabled`` is true,
+    first create or update the cluster's return-to-service Schedule (``worker.rts_schedule``)."""
     from revive.temporal import connect
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     client = await connect(cfg.temporal, identity="revive-worker")
+    if policy_path:
+        from revive.policy import load_policy
+        from worker.rts_schedule import ensure_rts_schedule
+
+        pol = load_policy(policy_path)
+        if pol.return_to_service.enabled:
+            sid, created = await ensure_rts_schedule(client, cfg.name, pol, policy_path, cfg.temporal.task_queue)
+            logging.info("return-to-service schedule %s %s (every %s)", sid, "created" if created else "updated",
+                         pol.return_to_service.interval)
     # every scheduler call timed as revive_scheduler_call_seconds{call}
     sched = scheduler or cast(Scheduler, rm.TimedScheduler(build_site(cfg).scheduler))
     worker = build_worker(client, cfg, sched)

@@ -295,7 +295,7 @@ class AuditRecord(BaseModel):
 # ---- notifications (revive.notify, activities.notify) -----------------------------------------
 
 EventKind = Literal["approval_needed", "stopped", "breaker_tripped", "recovered", "not_recovered", "unverified",
-                    "escalated"]
+                    "escalated", "node_resumed", "node_check_failed"]
 
 
 class NotifyEvent(BaseModel):

@@ -89,3 +89,22 @@ class Scheduler(Protocol):
     async def run_on_node(self, node: str, argv: list[str], timeout_s: float = 30.0) -> tuple[int, str]:
         """Run a read-only diagnostic on a node (``srun --overlap`` or SSH). Returns (rc, output)."""
         ...
+
+    # ---- maintenance windows (return to service: a health-check job on a drained node) ------
+    async def create_maintenance_window(self, name: str, nodes: list[str], duration_s: float,
+                                        users: list[str]) -> list[str]:
+        """Reserve ``nodes`` for maintenance from now for ``duration_s`` seconds, open only to
+        ``users``, whatever jobs run there (Slurm: ``scontrol create reservation
+        ReservationName=<name> Flags=MAINT,IGNORE_JOBS Nodes=<n> StartTime=now
+        Duration=<minutes> Users=<u>``). Idempotent: a window of that name that already exists is
+        kept. Returns the argv run."""
+        ...
+
+    async def delete_maintenance_window(self, name: str) -> list[str]:
+        """Remove the window (``scontrol delete ReservationName=<name>``). A window that does not
+        exist (already deleted, or expired) is not an error."""
+        ...
+
+    async def list_maintenance_windows(self) -> list[str]:
+        """Names of the windows the scheduler holds now (``scontrol show reservation -o``)."""
+        ...

@@ -25,6 +25,7 @@ __all__ = ["FakeScheduler", "RecordingScheduler", "MUTATING_METHODS"]
 
 MUTATING_METHODS = (
     "drain_nodes", "resume_nodes", "requeue", "update_job", "release", "cancel", "submit", "signal_job",
+    "create_maintenance_window", "delete_maintenance_window",
 )
 _FINISHED = TERMINAL
 
@@ -50,6 +51,11 @@ class FakeScheduler:
         own signal handler (write the checkpoint line, requeue itself …)."""
         self.available = True
         """Set False to make every call raise ``SchedulerUnavailable`` (slurmctld down)."""
+        self.windows: dict[str, list[str]] = {}
+        """Maintenance windows held now: name → nodes."""
+        self.submit_outcomes: list[tuple[str, str]] = []
+        """``(state, exit_code)`` given, in order, to each job ``submit`` creates (a health-check
+        job finishes at once); empty = the job stays PENDING."""
         self._next_id = max([int(j) for j in self.jobs if j.isdigit()] + [0]) + 1
 
     # ---- seeding / inspection -----------------------------------------------------------------
@@ -189,8 +195,9 @@ class FakeScheduler:
         job_id = str(self._next_id)
         self._next_id += 1
         name = next((o.split("=", 1)[1] for o in options if o.startswith("--job-name=")), None)
+        state, exit_code = self.submit_outcomes.pop(0) if self.submit_outcomes else ("PENDING", None)
         self.jobs[job_id] = JobRecord(
-            job_id=job_id, name=name, user="root", state="PENDING",
+            job_id=job_id, name=name, user="root", state=state, exit_code=exit_code,
             submit_time=datetime.now(UTC), requeue="--no-requeue" not in options,
         )
         self.scripts[job_id] = script
@@ -203,6 +210,24 @@ class FakeScheduler:
     async def run_on_node(self, node: str, argv: list[str], timeout_s: float = 30.0) -> tuple[int, str]:
         self._check()
         return self.node_outputs.get((node, argv[0] if argv else ""), (0, ""))
+
+    async def create_maintenance_window(self, name: str, nodes: list[str], duration_s: float,
+                                        users: list[str]) -> list[str]:
+        self.calls.append(("create_maintenance_window", {"name": name, "nodes": list(nodes),
+                                                         "duration_s": duration_s, "users": list(users)}))
+        self._check()
+        self.windows.setdefault(name, list(nodes))
+        return ["scontrol", "create", "reservation", f"ReservationName={name}", f"Nodes={','.join(nodes)}"]
+
+    async def delete_maintenance_window(self, name: str) -> list[str]:
+        self.calls.append(("delete_maintenance_window", {"name": name}))
+        self._check()
+        self.windows.pop(name, None)
+        return ["scontrol", "delete", f"ReservationName={name}"]
+
+    async def list_maintenance_windows(self) -> list[str]:
+        self._check()
+        return list(self.windows)
 
 
 class RecordingScheduler:
@@ -284,3 +309,16 @@ class RecordingScheduler:
     async def submit(self, script: str, options: list[str]) -> str:
         self._record("submit", {"script": script, "options": list(options)})
         return await self.inner.submit(script, options)
+
+    async def create_maintenance_window(self, name: str, nodes: list[str], duration_s: float,
+                                        users: list[str]) -> list[str]:
+        self._record("create_maintenance_window", {"name": name, "nodes": list(nodes),
+                                                   "duration_s": duration_s, "users": list(users)})
+        return await self.inner.create_maintenance_window(name, nodes, duration_s, users)
+
+    async def delete_maintenance_window(self, name: str) -> list[str]:
+        self._record("delete_maintenance_window", {"name": name})
+        return await self.inner.delete_maintenance_window(name)
+
+    async def list_maintenance_windows(self) -> list[str]:
+        return await self.inner.list_maintenance_windows()

@@ -114,6 +114,8 @@ def _user(v: str | None) -> str | None:
 
 
 _JOB_ID = re.compile(r"^[0-9]+$")
+_RES_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+_RES_LINE = re.compile(r"^ReservationName=(\S+)")
 _NODE_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
@@ -382,3 +384,48 @@ class SlurmCLI:
                 f"run_on_node({node}): no way to reach the node (not a local testbed, no SSH config)",
             )
         return rc, out + err
+
+    # ---- maintenance windows = Slurm reservations ------------------------------------------
+    async def create_maintenance_window(self, name: str, nodes: list[str], duration_s: float,
+                                        users: list[str]) -> list[str]:
+        """``scontrol create reservation ReservationName=<name> Flags=MAINT,IGNORE_JOBS Nodes=<n>
+        StartTime=now Duration=<minutes, at least 1> Users=<u,…>`` (Slurm 22.05 ``scontrol(1)``:
+        ``Duration`` is in minutes; ``MAINT`` marks the nodes as in maintenance for accounting,
+        ``IGNORE_JOBS`` lets the reservation be made over running jobs). An existing window of the
+        same name is kept (a retried activity)."""
+        if not nodes:
+            raise ValueError("create_maintenance_window: no nodes")
+        if not _RES_NAME.match(name):
+            raise ValueError(f"create_maintenance_window: invalid name {name!r}")
+        if not users or any(not _RES_NAME.match(u) for u in users):
+            raise ValueError(f"create_maintenance_window: invalid users {users!r}")
+        minutes = max(1, int((duration_s + 59) // 60))
+        argv = ["scontrol", "create", "reservation", f"ReservationName={name}", "Flags=MAINT,IGNORE_JOBS",
+                f"Nodes={compress_hostlist(nodes)}", "StartTime=now", f"Duration={minutes}",
+                f"Users={','.join(users)}"]
+        try:
+            await self._run(argv)
+        except SchedulerCommandError:
+            if name not in await self.list_maintenance_windows():
+                raise
+        return argv
+
+    async def delete_maintenance_window(self, name: str) -> list[str]:
+        if not _RES_NAME.match(name):
+            raise ValueError(f"delete_maintenance_window: invalid name {name!r}")
+        argv = ["scontrol", "delete", f"ReservationName={name}"]
+        try:
+            await self._run(argv)
+        except SchedulerCommandError:
+            if name in await self.list_maintenance_windows():
+                raise
+        return argv
+
+    async def list_maintenance_windows(self) -> list[str]:
+        out = await self._run(["scontrol", "show", "reservation", "-o"])
+        names = []
+        for line in out.splitlines():
+            m = _RES_LINE.match(line.strip())
+            if m:
+                names.append(m.group(1))
+        return names

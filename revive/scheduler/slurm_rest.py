@@ -205,6 +205,16 @@ class SlurmREST:
     async def submit(self, script: str, options: list[str]) -> str:
         return await self.cli.submit(script, options)
 
+    async def create_maintenance_window(self, name: str, nodes: list[str], duration_s: float,
+                                        users: list[str]) -> list[str]:
+        return await self.cli.create_maintenance_window(name, nodes, duration_s, users)
+
+    async def delete_maintenance_window(self, name: str) -> list[str]:
+        return await self.cli.delete_maintenance_window(name)
+
+    async def list_maintenance_windows(self) -> list[str]:
+        return await self.cli.list_maintenance_windows()
+
     async def batch_script(self, job_id: str) -> str:
         return await self.cli.batch_script(job_id)
 

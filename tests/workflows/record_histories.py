@@ -17,6 +17,12 @@ v6ckpt (recorded on a parallel branch): the runbooks' ``save-before-requeue``, `
 and ``dependents`` patches (``runbooks.steps``), plus a straggler that saves on SIGUSR1 and a crash
 whose ``afterok`` dependent is re-pointed. The next recording (code with both) uses v7.
 
+``rts1`` (``RTS_TAG``) records the return-to-service workflows only (``ReturnToServiceWorkflow`` and
+its ``NodeCheckWorkflow`` children: a passing check resumed in auto mode, a failing one, and a
+passing one approved in observe mode); run them alone with::
+
+    .venv/bin/python -m tests.workflows.record_histories rts
+
 After recording, refresh the command fingerprints (``tests/workflows/test_fingerprints.py``):
 
     REVIVE_UPDATE_FINGERPRINTS=1 .venv/bin/python -m pytest -q -p no:cacheprovider tests/workflows/test_fingerprints.py
@@ -203,12 +209,58 @@ async def record_job_record(env) -> None:
         await env.client.get_workflow_handle(wid).terminate("recorded")
 
 
+RTS_TAG = "rts1"
+"""Tag of the return-to-service recordings (bump after a change to those workflows)."""
+
+
+async def record_rts(env) -> None:
+    """ReturnToServiceWorkflow + NodeCheckWorkflow over a FakeScheduler whose node2 Revive drained
+    for an Xid (``revive:<incident> gpu_hardware``) and node3 a person drained."""
+    from revive.decide.rts import RtsInput
+    from revive.models import NodeRecord
+    from workflows.return_to_service import ReturnToServiceWorkflow
+
+    for name, mode, command, decide in (("auto-resumed", "auto", "true", None),
+                                        ("auto-check-failed", "auto", "false", None),
+                                        ("observe-approved", "observe", "true",
+                                         Decision(decision="approve", approver="oncall-alice"))):
+        tmp = Path(tempfile.mkdtemp())
+        sched, cfg, _log = fake_cluster(tmp)
+        sched.add_node(NodeRecord(name="node2", state="IDLE+DRAIN", reason="revive:fake-7-20261129T150400-a0-gpu gpu_hardware",
+                                  partitions=["debug"]))
+        sched.add_node(NodeRecord(name="node3", state="IDLE+DRAIN", reason="cable swap", partitions=["debug"]))
+        sched.node_outputs[("node2", "false")] = (1, "GPU 0: 12 uncorrectable ECC errors")
+        pol = RecoveryPolicy(mode=mode, return_to_service={"enabled": True, "command": [command]})
+        tq = f"rec-{uuid.uuid4().hex[:6]}"
+        wid = f"revive-rts-fake-{name}-{RTS_TAG}"
+        async with build_worker(env.client, cfg, sched, task_queue=tq):
+            h = await env.client.start_workflow(ReturnToServiceWorkflow.run, RtsInput(cluster="fake", policy=pol, task_queue=tq),
+                                                id=wid, task_queue=tq)
+            child = env.client.get_workflow_handle(f"revive-rts-fake-node-node2@{tq}")
+            if decide:
+                for _ in range(200):
+                    try:
+                        if (await child.query("status"))["state"] == "awaiting_approval":
+                            break
+                    except Exception:
+                        pass
+                    await asyncio.sleep(0.05)
+                await child.execute_update("decide", decide)
+            res = await h.result()
+            print("rts", name, [(r.node, r.outcome.value) for r in res.checked])
+            (OUT / f"{wid}.json").write_text((await h.fetch_history()).to_json())
+            (OUT / f"{wid}.node2.json").write_text((await child.fetch_history()).to_json())
+
+
 async def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     env = await WorkflowEnvironment.start_local(data_converter=pydantic_data_converter,
                                                 dev_server_existing_path=temporal_cli_path(),
                                                 search_attributes=rsa.ALL)
     try:
+        if sys.argv[1:] == ["rts"]:
+            await record_rts(env)
+            return
         fast = {"timeout": 5, "poll_interval": 0.2}
         await record(env, "gpu-auto-recovered", "xid79", RecoveryPolicy(mode="auto", verify=fast), None, True)
         await record(env, "gpu-observe-approved", "xid79", RecoveryPolicy(verify=fast),
@@ -229,6 +281,9 @@ async def main() -> None:
                      expect_runbook="RestartInPlaceRunbook", seed=_failed_dependent)
         await record_guard(env)
         await record_job_record(env)
+
+
+        await record_rts(env)
     finally:
         await env.shutdown()
 
