@@ -134,6 +134,8 @@ class IncidentWorkflow:
                 category=attribution.category, log_path=inp.log_path, attempt=inp.attempt,
                 checkpoint_iteration=inp.checkpoint_iteration, policy=inp.policy,
                 last_progress=inp.last_progress,
+                # input only (no command changes): "same root cause" in the bad-checkpoint check
+                root_signature=attribution.root_event.signature_id if attribution.root_event else None,
             ),
             id=ids.runbook_id(inp.incident_id),
             static_summary=f"runbook {plan.runbook} for {inp.incident_id}",
