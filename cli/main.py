@@ -13,6 +13,7 @@ import json
 import os
 import re
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated
 
@@ -208,7 +209,10 @@ async def _decide(config: str, incident: str, decision: str, approver: str, note
                    f"(revive worker --config ...) and retry", 4)
     try:
         return await asyncio.wait_for(
-            h.execute_update("decide", Decision(decision=decision, approver=approver, note=note), result_type=str),
+            h.execute_update("decide", Decision(
+                decision=decision, approver=approver, note=note,
+                # stale after this call gives up: a worker that returns later refuses it (no ghost approval)
+                valid_until=datetime.now(UTC) + timedelta(seconds=timeout_s)), result_type=str),
             timeout=timeout_s)
     except TimeoutError:
         raise Fail(f"{decision}: no answer from a worker within {timeout_s:.0f}s (task queue {desc.task_queue!r}); "

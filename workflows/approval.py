@@ -29,7 +29,7 @@ class ApprovalGate:
 
     def problem(self, d: object) -> str | None:
         """Why ``d`` cannot be accepted now, or None. Pure: used by the Update validator."""
-        return decision_problem(d, self.approvers, self.decision, self.open)
+        return decision_problem(d, self.approvers, self.decision, self.open, now=workflow.now())
 
     def offer(self, d: Decision) -> bool:
         """Accept ``d`` if valid; otherwise record why it was ignored. Returns accepted."""

@@ -5,6 +5,8 @@ Pure; the workflow-side wait lives in ``workflows.approval.ApprovalGate``, which
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from pydantic import ValidationError
 
 from revive.models import Decision, DecisionKind
@@ -21,11 +23,13 @@ def needs_person(mode: Mode, breaker_reason: str) -> tuple[bool, str]:
     return False, ""
 
 
-def decision_problem(d: object, approvers: list[str], decided: Decision | None, is_open: bool) -> str | None:
+def decision_problem(d: object, approvers: list[str], decided: Decision | None, is_open: bool,
+                     now: datetime | None = None) -> str | None:
     """Why ``d`` cannot be accepted now, or None.
 
     ``approvers``: the policy's allowlist (empty = anyone); ``decided``: the decision already
-    taken (the first valid one wins); ``is_open``: the incident is waiting for a decision.
+    taken (the first valid one wins); ``is_open``: the incident is waiting for a decision;
+    ``now``: the workflow's time (UTC), against the decision's ``valid_until`` (a stale one is refused).
     """
     if not isinstance(d, Decision):
         return f"expected a decision object {{decision, approver, note}}, got {type(d).__name__}"
@@ -35,6 +39,11 @@ def decision_problem(d: object, approvers: list[str], decided: Decision | None, 
         return "approver is required"
     if approvers and d.approver not in approvers:
         return f"approver {d.approver!r} is not in the policy's approvers allowlist"
+    if d.valid_until is not None and now is not None:
+        until = d.valid_until if d.valid_until.tzinfo else d.valid_until.replace(tzinfo=UTC)
+        if now > until:
+            return (f"stale: valid until {until.isoformat(timespec='seconds')}, received "
+                    f"{now.isoformat(timespec='seconds')} (the sender stopped waiting; decide again)")
     if decided is not None:
         return f"already decided: {decided.decision.value} by {decided.approver}"
     if not is_open:

@@ -306,6 +306,10 @@ class Decision(BaseModel):
     approver: str = Field(default="", max_length=200)
     """Who decided (recorded in history and the audit record); the policy may allowlist names."""
     note: str | None = Field(default=None, max_length=2000)
+    valid_until: datetime | None = None
+    """UTC instant after which the workflow refuses this decision as stale (``revive approve``
+    sets it to the moment it stops waiting for an answer): an approval the operator gave up on
+    never takes effect later, when a worker returns. None: no deadline (Web UI, old senders)."""
 
 
 class StepKind(StrEnum):

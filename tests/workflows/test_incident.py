@@ -4,6 +4,7 @@ FakeScheduler (which records every mutating call) and real log/kernel-log files.
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from temporalio import activity
@@ -160,3 +161,27 @@ async def test_malformed_and_oversized_signals_never_wedge_the_incident(ts_env, 
     rec = (tmp_path / "audit.jsonl").read_text()
     assert "invalid decide signal" in rec and "more trigger(s) not kept" in rec
     assert len(rec) < 2_000_000 and sched.mutating_calls == []
+
+
+async def test_an_approval_the_operator_gave_up_on_is_refused_as_stale(ts_env, tmp_path):
+    """``revive approve`` stamps ``valid_until`` (when it stops waiting); a decision that reaches
+    the workflow after that — a worker back minutes later — is refused, by the Update's validator
+    and by the Signal handler (recorded), and the incident still takes a fresh decision."""
+    sched, cfg, log = fake_cluster(tmp_path, "xid79")
+    pol = RecoveryPolicy(approval={"timeout": 3600})
+    past = datetime.now(UTC) - timedelta(minutes=5)
+
+    async def during(h):
+        await _wait_state(h, "awaiting_approval")
+        with pytest.raises(WorkflowUpdateFailedError) as e:
+            await h.execute_update("decide", Decision(decision="approve", approver="alice", valid_until=past))
+        assert "stale" in str(e.value.cause)
+        await h.signal("decide", {"decision": "approve", "approver": "carol", "valid_until": past.isoformat()})
+        await h.execute_update("decide", Decision(decision="reject", approver="bob",
+                                                  valid_until=datetime.now(UTC) + timedelta(days=365)))
+
+    res = await _run(ts_env, sched, cfg, incident(log, pol), during)
+    assert res.outcome == IncidentOutcome.rejected and res.decided_by == "bob"
+    assert sched.mutating_calls == []  # the stale approvals ran nothing
+    rec = (tmp_path / "audit.jsonl").read_text()
+    assert "approve by carol: stale" in rec
