@@ -66,9 +66,11 @@ from temporalio.common import (
 )
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
+from activities.guard import guard_settings
 from revive import metrics as rm
 from revive import search_attributes as sa
 from revive.config import ClusterConfig
+from revive.decide.settings import GuardSettings, effective_mode
 from revive.errors import ReviveError, SchedulerError
 from revive.ids import incident_id
 from revive.models import (
@@ -98,6 +100,9 @@ from worker.detect import (
 )
 
 log = logging.getLogger("revive.monitor")
+
+GUARD_REFRESH_S = 30.0
+"""Seconds between reads of the cluster guard's policy and mode (a ``settings`` query)."""
 
 REBUILD_MAX_BYTES = 32 * 1024 * 1024
 """Bytes of a log's tail re-read to find the current attempt's first line (an attempt that wrote
@@ -222,6 +227,13 @@ class Monitor:
         """Triggers whose incident could not be started yet (Temporal down): retried each pass."""
         self._running: dict[str, dict[int, str]] | None = None
         """Open incidents of this cluster at start (job id → attempt → incident id), from visibility."""
+        self.guard_refresh_s = GUARD_REFRESH_S
+        self._last_guard: float | None = None
+        self.guard: GuardSettings | None = None
+        """The cluster guard's settings at the last refresh (``revive mode set`` / ``revive policy
+        apply``); None: no guard yet or unreachable — the policy file (the bootstrap) applies."""
+        self.policy_version = 0
+        """The guard's policy version in use (0: the policy file's)."""
 
     # ---- loop --------------------------------------------------------------------------------
     def mine(self, job_id: str) -> bool:
@@ -246,8 +258,31 @@ class Monitor:
                 pass
         self.follower.save()
 
+    async def _refresh_guard(self, now: float) -> None:
+        """Every ``guard_refresh_s``: the guard's policy (hang settings, opt-in, profiles, budgets
+        for new incidents) and mode replace the file's once one was applied there. A guard that
+        cannot be read keeps the last settings (logged); detection never waits on it."""
+        if self._last_guard is not None and now - self._last_guard < self.guard_refresh_s:
+            return
+        self._last_guard = now
+        try:
+            got = await asyncio.wait_for(guard_settings(self.client, self.cfg.name, self.task_queue), timeout=5)
+        except Exception as e:  # noqa: BLE001 — no worker to answer the query, Temporal down, a test fake
+            log.debug("guard settings unavailable (keeping the current policy): %s", e)
+            return
+        self.guard = got
+        if got is not None and got.policy is not None and got.policy_version != self.policy_version:
+            log.info("policy version %d from the cluster guard (applied by %s)", got.policy_version, got.policy_by)
+            self.policy, self.policy_version = got.policy, got.policy_version
+
+    def mode_for(self, partition: str | None) -> str:
+        """The mode an incident opens with (search attribute): the guard's, else the policy's."""
+        eff = effective_mode(self.guard, partition) if self.guard is not None else None
+        return (eff[0] if eff else self.policy.mode_for(partition)).value
+
     async def poll_once(self) -> None:
         now = time.monotonic()
+        await self._refresh_guard(now)
         retry, self.pending = self.pending, []
         for w, j, trig, family, attempt in retry:
             await self._trigger(w, j, trig, family, attempt=attempt)
@@ -485,7 +520,7 @@ class Monitor:
                     SearchAttributePair(sa.CLUSTER, self.cfg.name), SearchAttributePair(sa.JOB_ID, j.job_id),
                     SearchAttributePair(sa.STATE, "opened"), SearchAttributePair(sa.INCIDENT_ID, iid),
                     SearchAttributePair(sa.NODES, list(j.nodes)),
-                    SearchAttributePair(sa.MODE, self.policy.mode_for(j.partition).value),
+                    SearchAttributePair(sa.MODE, self.mode_for(j.partition)),
                 ]),
                 static_summary=f"job {j.job_id} ({j.name}) attempt {attempt}: {trig.kind.value} {trig.signature_id or trig.state_to or ''}".strip(),
                 static_details=f"trigger: {trig.text or ''}",
