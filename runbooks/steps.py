@@ -5,10 +5,12 @@ Runbooks compose these; they read like the on-call procedure. Workflow code: no 
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import TimeoutError as ActivityTimeout
 
 with workflow.unsafe.imports_passed_through():
     from activities.checkpoint import CheckpointActivities
@@ -53,6 +55,17 @@ PATCH_BAD_CHECKPOINT = "bad-checkpoint-loop"
 """Runbooks refuse to requeue onto a checkpoint the job failed from twice (``checkpoint_loop``)."""
 PATCH_DEPENDENTS = "dependents"
 """Runbooks make a requeued job's dependents wait again, and report them when the job stays down."""
+PATCH_OUTAGE_RETRY = "act-retry-after-outage"
+"""A drain or requeue that ran out of ``MUTATING_DEADLINE`` against an unreachable cluster is tried
+again after ``OUTAGE_PAUSE``, until ``OUTAGE_WINDOW`` (the marker is written only on that path:
+histories where every act step succeeded are unchanged). Can go once no incident started before
+it can still be replayed (retention: 30 days)."""
+
+OUTAGE_WINDOW = timedelta(hours=1)
+"""How long a drain/requeue keeps trying against an unreachable cluster (slurmctld down, the SSH
+login node gone) before the runbook gives up and says so."""
+OUTAGE_PAUSE = timedelta(seconds=60)
+"""Wait between two rounds of ``MUTATING_DEADLINE`` retries (a durable timer: a worker restart keeps it)."""
 
 
 class StepRefused(Exception):
@@ -78,30 +91,56 @@ async def check_same_job(inp: RunbookInput) -> JobRecord:
         raise StepRefused(_cause(e)) from None
 
 
+def _unreachable(e: ActivityError) -> bool:
+    """The step ran out of time against an unreachable cluster (every retry failed retryably:
+    slurmctld or the transport down), as opposed to a refusal (non-retryable: wrong job, disabled)."""
+    c = e.cause
+    if isinstance(c, ActivityTimeout):
+        return True  # schedule-to-close: every retry inside MUTATING_DEADLINE failed retryably
+    return (isinstance(c, ApplicationError) and not c.non_retryable
+            and (c.type or "") not in (retry.MUTATING.non_retryable_error_types or ()))
+
+
+async def _act(what: str, call: Callable[[], Awaitable[ActionResult]]) -> ActionResult:
+    """Run one mutating step; while the cluster is unreachable, try again every ``OUTAGE_PAUSE``
+    for up to ``OUTAGE_WINDOW`` (``PATCH_OUTAGE_RETRY``), then give up with ``StepRefused`` saying
+    how long it tried. Every try checks live state first (the activities are idempotent)."""
+    started = workflow.now()
+    rounds = 0
+    while True:
+        try:
+            return await call()
+        except ActivityError as e:
+            if not _unreachable(e) or not workflow.patched(PATCH_OUTAGE_RETRY):
+                raise StepRefused(_cause(e)) from None
+            rounds += 1
+            waited = workflow.now() - started
+            if waited >= OUTAGE_WINDOW:
+                raise StepRefused(f"{what}: cluster unreachable for {waited.total_seconds():.0f} s "
+                                  f"({rounds} rounds of retries), gave up: {_cause(e)}") from None
+            workflow.logger.warning("%s: cluster unreachable (round %d, %.0f s so far), trying again in %s",
+                                    what, rounds, waited.total_seconds(), OUTAGE_PAUSE)
+            await workflow.sleep(OUTAGE_PAUSE, summary=f"{what}: wait for the cluster")
+
+
 async def drain(inp: RunbookInput, nodes: list[str]) -> ActionResult:
     reason = f"{inp.policy.drain_reason_prefix}{inp.incident_id} {inp.category.value}"
-    try:
-        return await workflow.execute_activity_method(
-            RemediationActivities.drain_nodes,
-            DrainInput(incident_id=inp.incident_id, job=inp.job, nodes=nodes, reason=reason),
-            start_to_close_timeout=retry.SHORT, schedule_to_close_timeout=retry.MUTATING_DEADLINE,
-            heartbeat_timeout=retry.ACT_HEARTBEAT, retry_policy=retry.MUTATING, summary=f"drain {','.join(nodes)}",
-        )
-    except ActivityError as e:
-        raise StepRefused(_cause(e)) from None
+    return await _act(f"drain {','.join(nodes)}", lambda: workflow.execute_activity_method(
+        RemediationActivities.drain_nodes,
+        DrainInput(incident_id=inp.incident_id, job=inp.job, nodes=nodes, reason=reason),
+        start_to_close_timeout=retry.SHORT, schedule_to_close_timeout=retry.MUTATING_DEADLINE,
+        heartbeat_timeout=retry.ACT_HEARTBEAT, retry_policy=retry.MUTATING, summary=f"drain {','.join(nodes)}",
+    ))
 
 
 async def requeue(inp: RunbookInput, exclude: list[str] | None = None) -> ActionResult:
-    try:
-        return await workflow.execute_activity_method(
-            RemediationActivities.requeue_job,
-            RequeueInput(incident_id=inp.incident_id, job=inp.job, exclude_nodes=exclude or []),
-            start_to_close_timeout=timedelta(minutes=2), schedule_to_close_timeout=retry.MUTATING_DEADLINE,
-            heartbeat_timeout=retry.ACT_HEARTBEAT, retry_policy=retry.MUTATING,
-            summary="requeue" + (f" excluding {','.join(exclude)}" if exclude else ""),
-        )
-    except ActivityError as e:
-        raise StepRefused(_cause(e)) from None
+    what = "requeue" + (f" excluding {','.join(exclude)}" if exclude else "")
+    return await _act(what, lambda: workflow.execute_activity_method(
+        RemediationActivities.requeue_job,
+        RequeueInput(incident_id=inp.incident_id, job=inp.job, exclude_nodes=exclude or []),
+        start_to_close_timeout=timedelta(minutes=2), schedule_to_close_timeout=retry.MUTATING_DEADLINE,
+        heartbeat_timeout=retry.ACT_HEARTBEAT, retry_policy=retry.MUTATING, summary=what,
+    ))
 
 
 async def drain_offenders_and_requeue_excluding(inp: RunbookInput, log: RunbookLog) -> ActionResult:

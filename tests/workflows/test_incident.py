@@ -185,3 +185,26 @@ async def test_an_approval_the_operator_gave_up_on_is_refused_as_stale(ts_env, t
     assert sched.mutating_calls == []  # the stale approvals ran nothing
     rec = (tmp_path / "audit.jsonl").read_text()
     assert "approve by carol: stale" in rec
+
+
+async def test_slurmctld_down_between_drain_and_requeue_longer_than_one_retry_deadline(ts_env, tmp_path):
+    """Node drained, then slurmctld unreachable for ~9 minutes (longer than MUTATING_DEADLINE's
+    5): the requeue waits for the cluster and goes through once it returns — one drain, one
+    successful requeue, recovered — instead of closing with the node drained and the job dead."""
+    from revive.errors import SchedulerUnavailable
+
+    sched, cfg, log = fake_cluster(tmp_path, "xid79", resumed=True)
+    real_requeue, tries = sched.requeue, []
+
+    async def requeue(job_id: str, hold: bool = False) -> list[str]:
+        tries.append(job_id)
+        if len(tries) <= 30:  # ~21 tries fill one 5-minute deadline of backoff: two rounds fail
+            raise SchedulerUnavailable("slurm_load_jobs error: Unable to contact slurm controller (connect failure)")
+        return await real_requeue(job_id, hold)
+
+    sched.requeue = requeue  # type: ignore[method-assign]
+    pol = RecoveryPolicy(mode="auto", verify={"timeout": 5, "poll_interval": 0.2})
+    res = await _run(ts_env, sched, cfg, incident(log, pol))
+    assert res.outcome == IncidentOutcome.recovered, res.reason
+    assert [c[0] for c in sched.mutating_calls] == ["drain_nodes", "requeue"]  # one drain, one requeue that ran
+    assert len(tries) == 31 and sched.jobs["7"].restart_count == 1
