@@ -625,7 +625,7 @@ CASES: dict[str, tuple[bool, Case]] = {
     "oversized-signals": (False, _paused(Point.before_requeue, _oversized)),
     "approval-with-no-worker": (True, _ghost_approval),
 }
-CHEAP = ("worker-kill-gathering", "worker-kill-before-requeue", "malformed-signals")
+CHEAP = ("worker-kill-before-requeue", "malformed-signals")
 """The short count inside ``make test`` (tests/chaos/test_chaos_short.py)."""
 
 
