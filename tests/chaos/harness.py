@@ -453,6 +453,24 @@ class Run:
             out.why.append(f"job {self.job} not running past its checkpoint in attempt {attempt} "
                            f"(state {rec.get('JobState')}, restarts {rec.get('Restarts')})")
 
+    async def count_lost(self, out: Outcome) -> None:
+        """After a failed run: incidents of the run that failed, were terminated, are still open,
+        or closed without an audit record count as lost (no waiting)."""
+        from temporalio.client import WorkflowExecutionStatus
+
+        audit = self.dir / "audit.jsonl"
+        recs = [json.loads(x) for x in audit.read_text().splitlines()] if audit.exists() else []
+        for iid in await self.incidents():
+            try:
+                desc = await self.client.get_workflow_handle(iid).describe()
+            except Exception:
+                continue
+            done = desc.status == WorkflowExecutionStatus.COMPLETED
+            if not done or not any(r.get("incident_id") == iid for r in recs):
+                out.lost += 1
+                out.why.append(f"{iid}: lost ({desc.status.name if desc.status else '?'}"
+                               f"{', no audit record' if done else ''})")
+
     def cleanup(self) -> None:
         for name in list(self.procs):
             self.stop(name)
@@ -661,6 +679,8 @@ async def run_case(name: str) -> Outcome:
         try:
             if r.client is not None:
                 out.drains, out.requeues, _ = r.actions()
+                out.duplicate = out.drains > 1 or out.requeues > 2
+                await r.count_lost(out)
         except Exception:
             pass
     finally:
