@@ -8,18 +8,27 @@ methods on the worker::
     Worker(..., workflows=[ClusterGuardWorkflow, ...],
            activities=[ga.request_drain_grant, ga.incident_history, ...])
 
-Activity names: ``request_drain_grant``, ``incident_history``.
+Activity names: ``request_drain_grant``, ``incident_history`` (visibility; the fallback),
+``admit_incident`` and ``report_job_outcome`` (the per-job record, ``JobRecordWorkflow``),
+``read_guard_mode`` (the mode the guard holds) and ``read_guard_policy`` (for the monitor).
+
+Plain functions for the CLI and the monitor: ``update_guard_settings`` (the ``set_mode`` /
+``apply_policy`` Updates, update-with-start, retried on ``RESOURCE_EXHAUSTED``) and
+``guard_settings`` (the ``settings`` query; None when the guard does not exist yet).
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
 from datetime import datetime
+from typing import Any
 
 from temporalio import activity
-from temporalio.client import Client, WithStartWorkflowOperation
+from temporalio.client import Client, WithStartWorkflowOperation, WorkflowUpdateFailedError
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
 
 from revive import ids
 from revive import metrics as rm
@@ -29,7 +38,73 @@ from revive.decide.budgets import (
     history_from_priors,
     prior_from_result,
 )
+from revive.decide.jobrecord import AdmitAnswer, AdmitIncidentInput, JobRecordInput, ReportInput
+from revive.decide.settings import GuardSettings, ModeAnswer, ModeQuery, SettingsAnswer, effective_mode
 from revive.models import IncidentHistoryInput, IncidentResult
+
+UPDATE_RETRIES = 8
+"""Attempts of an Update refused with ``RESOURCE_EXHAUSTED`` (too many in flight on one workflow;
+Temporal's default ``history.maxInFlightUpdates`` is 10), with exponential backoff from 0.2 s."""
+
+
+async def _with_backoff(call: Any) -> Any:
+    """Run ``call()`` (a coroutine factory); retry ``RESOURCE_EXHAUSTED`` up to ``UPDATE_RETRIES`` times."""
+    delay = 0.2
+    for attempt in range(UPDATE_RETRIES):
+        try:
+            return await call()
+        except RPCError as e:
+            if e.status != RPCStatusCode.RESOURCE_EXHAUSTED or attempt == UPDATE_RETRIES - 1:
+                raise
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 5.0)
+    raise AssertionError("unreachable")
+
+
+def _guard_start(cluster: str, task_queue: str) -> WithStartWorkflowOperation:
+    return WithStartWorkflowOperation(
+        ids.GUARD_WORKFLOW,
+        GuardInput(cluster=cluster),
+        id=ids.guard_workflow_id(cluster, task_queue),
+        task_queue=task_queue,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+    )
+
+
+async def update_guard_settings(client: Client, cluster: str, task_queue: str, update: str,
+                                payload: dict[str, Any]) -> SettingsAnswer:
+    """Send ``set_mode`` or ``apply_policy`` to the cluster's guard (created if absent).
+
+    Raises ``ValueError`` with the guard's refusal (invalid mode/policy, caps) — nothing was
+    recorded then; ``RPCError`` when the server is unreachable or still exhausted after retries.
+    """
+    if update not in (ids.GUARD_SET_MODE, ids.GUARD_APPLY_POLICY):
+        raise ValueError(f"not a settings Update: {update!r}")
+
+    async def call() -> SettingsAnswer:
+        answer: SettingsAnswer = await client.execute_update_with_start_workflow(
+            update, payload, start_workflow_operation=_guard_start(cluster, task_queue),
+            result_type=SettingsAnswer)
+        return answer
+
+    try:
+        result: SettingsAnswer = await _with_backoff(call)
+    except WorkflowUpdateFailedError as e:
+        raise ValueError(getattr(e.cause, "message", None) or str(e)) from None
+    return result
+
+
+async def guard_settings(client: Client, cluster: str, task_queue: str) -> GuardSettings | None:
+    """The guard's mode and policy (``settings`` query); None when the guard does not exist yet.
+    Other RPC errors propagate."""
+    handle = client.get_workflow_handle(ids.guard_workflow_id(cluster, task_queue))
+    try:
+        got: GuardSettings = await handle.query(ids.GUARD_SETTINGS_QUERY, result_type=GuardSettings)
+        return got
+    except RPCError as e:
+        if e.status == RPCStatusCode.NOT_FOUND:
+            return None
+        raise
 
 MAX_INCIDENTS_READ = 200
 """Upper bound on closed incidents read per query (a job with more is already far over budget)."""
@@ -89,6 +164,94 @@ class GuardActivities:
         rm.set_breaker(inp.cluster, grant.breaker_open)
         return grant
 
+    @activity.defn(name="read_guard_mode")
+    async def read_guard_mode(self, inp: ModeQuery) -> ModeAnswer:
+        """The mode the incident's gate uses: the guard's partition override, else its cluster-wide
+        mode; when the guard has no mode set yet (or does not exist), ``inp.fallback`` — the mode of
+        the policy in the incident's input (``source="input"``). RPC errors propagate (retried):
+        an unreachable guard never silently turns an operator's rollback to observe into auto."""
+        s = await guard_settings(self.client, inp.cluster, self.task_queue)
+        version = s.policy_version if s else 0
+        got = effective_mode(s, inp.partition) if s else None
+        if got is None:
+            return ModeAnswer(mode=inp.fallback, source="input", policy_version=version)
+        mode, source, who = got
+        return ModeAnswer(mode=mode, source=source, policy_version=version, set_by=who)
+
+    @activity.defn(name="read_guard_policy")
+    async def read_guard_policy(self, cluster: str) -> GuardSettings | None:
+        """The guard's settings (policy, version, modes) for the monitor; None: no guard yet (keep
+        the policy file, the bootstrap)."""
+        return await guard_settings(self.client, cluster, self.task_queue)
+
+    @activity.defn(name="admit_incident")
+    async def admit_incident(self, inp: AdmitIncidentInput) -> AdmitAnswer:
+        """Admit the incident into its job's record (``JobRecordWorkflow``, update-with-start) and
+        return the job's history for the budget check — other open incidents of the job counted as
+        reserved requeues (atomic: the record's Update is synchronous).
+
+        Fallback for jobs whose earlier incidents predate the record: when the record does not
+        exist yet, the job's closed incidents are read through visibility (as ``incident_history``
+        does) and sent as ``seed`` (used once). Recent incidents on the candidate nodes (repeat
+        offenders, any job) are still read through visibility. Errors: as ``incident_history``;
+        ``WorkflowUpdateFailedError`` → non-retryable ``ApplicationError`` (a refused admit).
+        """
+        a, h = inp.admit, inp.history
+        wid = ids.job_record_id(a.cluster, a.job_id, self.task_queue)
+        seed = list(a.seed)
+        try:
+            await self.client.get_workflow_handle(wid).describe()
+        except RPCError as e:
+            if e.status != RPCStatusCode.NOT_FOUND:
+                raise
+            seed = (await self._visibility(h.model_copy(update={"nodes": [], "nodes_since_iso": None}))).prior
+        start: WithStartWorkflowOperation = WithStartWorkflowOperation(
+            ids.JOB_RECORD_WORKFLOW, JobRecordInput(cluster=a.cluster, job_id=a.job_id), id=wid,
+            task_queue=self.task_queue, id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING)
+        payload = a.model_copy(update={"seed": seed})
+
+        async def call() -> AdmitAnswer:
+            answer: AdmitAnswer = await self.client.execute_update_with_start_workflow(
+                ids.JOB_RECORD_ADMIT, payload, start_workflow_operation=start, result_type=AdmitAnswer)
+            return answer
+
+        try:
+            answer: AdmitAnswer = await _with_backoff(call)
+        except WorkflowUpdateFailedError as e:
+            raise ApplicationError(f"job record refused the admit: {getattr(e.cause, 'message', e)}",
+                                   type="JobRecordRefused", non_retryable=True) from None
+        if h.nodes:
+            answer.history.node_incidents = (await self._visibility(h)).node_incidents
+        return answer
+
+    async def _visibility(self, h: IncidentHistoryInput) -> JobIncidentHistory:
+        """``incident_history``, or an empty history where the server has no visibility API
+        (``UNIMPLEMENTED``: the time-skipping test server) — the record still answers the budgets."""
+        try:
+            return await self.incident_history(h)
+        except RPCError as e:
+            if e.status != RPCStatusCode.UNIMPLEMENTED:
+                raise
+            activity.logger.warning("no visibility on this server: job and node history from the record only")
+            return JobIncidentHistory()
+
+    @activity.defn(name="report_job_outcome")
+    async def report_job_outcome(self, inp: ReportInput) -> bool:
+        """Record the incident's outcome in its job's record (replaces its reservation). True when
+        the record had admitted it. A refused report raises a non-retryable ``ApplicationError``."""
+        handle = self.client.get_workflow_handle(ids.job_record_id(inp.cluster, inp.job_id, self.task_queue))
+
+        async def call() -> bool:
+            known: bool = await handle.execute_update(ids.JOB_RECORD_REPORT, inp, result_type=bool)
+            return known
+
+        try:
+            result: bool = await _with_backoff(call)
+        except WorkflowUpdateFailedError as e:
+            raise ApplicationError(f"job record refused the report: {getattr(e.cause, 'message', e)}",
+                                   type="JobRecordRefused", non_retryable=True) from None
+        return result
+
     async def _read(self, query: str) -> list[IncidentResult]:
         out: list[IncidentResult] = []
         async for wf in self.client.list_workflows(query, limit=MAX_INCIDENTS_READ):
@@ -134,4 +297,4 @@ class GuardActivities:
         return history
 
 
-__all__ = ["GuardActivities"]
+__all__ = ["GuardActivities", "guard_settings", "update_guard_settings"]

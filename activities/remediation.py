@@ -39,6 +39,7 @@ from revive.models import (
     TERMINAL,
     ActionResult,
     CheckIdentityInput,
+    DependentsInput,
     DiagnoseInput,
     DrainInput,
     JobIdentity,
@@ -47,6 +48,7 @@ from revive.models import (
     ModeInput,
     RequeueInput,
     SaveJobSpecInput,
+    SignalJobInput,
 )
 from revive.scheduler.base import Scheduler
 
@@ -291,6 +293,66 @@ class RemediationActivities:
         except OSError as e:
             activity.logger.warning("cannot record resubmission of %s: %s", spec.job.job_id, e)
         return result
+
+    @activity.defn(name="signal_job")
+    async def signal_job(self, inp: SignalJobInput) -> ActionResult:
+        """Send the save signal to the incident's job while it still runs (``scancel --signal``,
+        scope per ``inp.scope``). Only the incident's attempt is signalled: a job that already left
+        RUNNING, or was requeued since (restart count above the recorded one), gets nothing
+        (``changed=False``). An array task ``123_4`` is signalled alone. A bad signal name raises
+        ``ApplicationError`` type ``BadSignal`` (non-retryable)."""
+        live = await self._live(inp.job, inp.incident_id)
+        if live.state != JobState.RUNNING or live.restart_count > inp.job.restart_count:
+            return ActionResult(action="signal", ok=True, changed=False, at=_now(),
+                                detail=f"not signalled: job is {live.state} (restarts {live.restart_count})")
+        try:
+            argv = await self.scheduler.signal_job(live.job_id, inp.signal, inp.scope)
+        except ValueError as e:
+            raise ApplicationError(str(e), type="BadSignal", non_retryable=True) from None
+        except SchedulerCommandError as e:
+            raise ApplicationError(str(e), type="SchedulerCommandError", non_retryable=True) from None
+        return ActionResult(action="signal", ok=True, at=_now(), commands=[argv],
+                            detail=f"sent SIG{inp.signal} to {inp.scope} of job {live.job_id} (save before requeue)")
+
+    @activity.defn(name="rewait_dependents")
+    async def rewait_dependents(self, inp: DependentsInput) -> ActionResult:
+        """After the job was requeued, make its dependents wait for it again.
+
+        Slurm 22.05 (measured on the testbed): a job whose ``afterok`` parent FAILED is marked
+        ``Dependency=afterok:<p>(failed)`` / ``Reason=DependencyNeverSatisfied``, and requeueing the
+        parent does not undo it — the dependent would pend forever. For each pending job with a
+        ``(failed)`` term on ``inp.job_id``: ``scontrol update JobId=<d> Dependency=<terms>``
+        (same terms, states dropped; ``?`` kept), which slurmctld re-evaluates (``unfulfilled``).
+        Idempotent: a dependent already waiting is left alone (``changed=False`` when none)."""
+        from revive.scheduler.arrays import depends_on, parse_dependency
+
+        try:
+            jobs = await self.scheduler.list_jobs()
+        except SchedulerError as e:
+            raise ApplicationError(f"cannot list jobs: {e}", type="SchedulerUnavailable") from None
+        cmds: list[list[str]] = []
+        fixed: list[str] = []
+        for j in jobs:
+            if j.state != JobState.PENDING or j.job_id == inp.job_id:
+                continue
+            hits = depends_on(j.dependency, inp.job_id)
+            if not any(d.never for d in hits):
+                continue
+            sep = "?" if "?" in (j.dependency or "") else ","
+            terms = [d for d in parse_dependency(j.dependency) if d.job is not None]
+            value = sep.join(f"{d.kind}:{d.job}" for d in terms)
+            try:
+                cmds.append(await self.scheduler.update_job(j.job_id, Dependency=value))
+            except SchedulerCommandError as e:
+                activity.logger.warning("cannot re-point %s at %s: %s", j.job_id, inp.job_id, e)
+                continue
+            fixed.append(j.job_id)
+        if not fixed:
+            return ActionResult(action="dependents", ok=True, changed=False, at=_now(),
+                                detail=f"no dependent of job {inp.job_id} needed re-pointing")
+        return ActionResult(action="dependents", ok=True, at=_now(), commands=cmds,
+                            detail=f"dependents {', '.join(fixed)} wait for job {inp.job_id} again "
+                                   "(Slurm had marked their dependency failed)")
 
     @activity.defn(name="diagnose_hang")
     async def diagnose_hang(self, inp: DiagnoseInput) -> dict[str, str]:

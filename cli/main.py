@@ -37,6 +37,15 @@ def _mount_agent() -> None:
 
 
 _mount_agent()
+
+
+def _mount_safety() -> None:
+    from cli.safety import mount  # revive mode set|show, revive policy apply|show (the cluster's guard)
+
+    mount(app, policy_app)
+
+
+_mount_safety()
 console = Console()
 err = Console(stderr=True)
 
@@ -56,10 +65,7 @@ DEFAULT_CONFIG = "/tmp/revive-cluster/cluster.yaml"
 ConfigOpt = Annotated[str, typer.Option("--config", "-c", envvar="REVIVE_CONFIG", help="cluster config YAML")]
 
 
-class Fail(Exception):
-    def __init__(self, msg: str, code: int = 1) -> None:
-        super().__init__(msg)
-        self.code = code
+from cli.errors import Fail  # noqa: E402  (shared with cli.safety)
 
 
 def _cfg(path: str):

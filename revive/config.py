@@ -26,6 +26,7 @@ values are only read by :meth:`SecretRef`-style helpers at use time (never put i
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Literal
 
@@ -185,10 +186,37 @@ class KernelLogSource(_Model):
         return [a.replace("{node}", node) for a in self.command] if self.command else None
 
 
+_INLINE_SECRET = re.compile(r"-----BEGIN|^eyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+|[\r\n]")
+"""What an inlined secret looks like in a ``*_file`` field: PEM armour, a JWT, several lines."""
+
+
+def _path_only(value: str | None, field: str) -> str | None:
+    if value is not None and (_INLINE_SECRET.search(value) or len(value) > 4096):
+        raise ValueError(f"{field} must be a file path; the secret itself is never written in the config")
+    return value
+
+
 class TemporalTLS(_Model):
-    cert_file: str
-    key_file: str
+    """TLS to the Temporal frontend: files only (read at connect time, never logged).
+
+    ``cert_file`` + ``key_file``: mutual TLS (both or neither); ``ca_file``: the server's CA
+    (None: the system roots); ``server_name``: the name the server's certificate is checked for.
+    ``tls: {}`` is server-authenticated TLS with the system roots.
+    """
+
+    cert_file: str | None = None
+    key_file: str | None = None
     ca_file: str | None = None
+    server_name: str | None = None
+
+    @model_validator(mode="after")
+    def _files(self) -> TemporalTLS:
+        for name in ("cert_file", "key_file", "ca_file"):
+            _path_only(getattr(self, name), f"temporal.tls.{name}")
+        if bool(self.cert_file) != bool(self.key_file):
+            missing = "key_file" if self.cert_file else "cert_file"
+            raise ValueError(f"temporal.tls.{missing} is required with the other (mutual TLS: cert_file and key_file)")
+        return self
 
 
 class TemporalConfig(_Model):
@@ -196,6 +224,24 @@ class TemporalConfig(_Model):
     namespace: str = "default"
     task_queue: str = "revive"
     tls: TemporalTLS | None = None
+    api_key_file: str | None = None
+    """A file holding the Temporal API key (e.g. Temporal Cloud), sent as ``Authorization: Bearer``.
+    Read at connect time; never logged, printed or put into a workflow. Without ``tls`` the
+    connection is plain (a local dev server); set ``tls: {}`` for a remote server."""
+
+    @model_validator(mode="after")
+    def _key_is_a_path(self) -> TemporalConfig:
+        _path_only(self.api_key_file, "temporal.api_key_file")
+        return self
+
+    def api_key(self) -> str | None:
+        """The API key text, or None. Raises ``ConfigError`` naming the file (not its content)."""
+        if not self.api_key_file:
+            return None
+        key = _read_secret(self.api_key_file, None, "temporal.api_key_file")
+        if not key:
+            raise ConfigError(f"temporal.api_key_file: {self.api_key_file} is empty")
+        return key
 
 
 class AttributionService(_Model):

@@ -56,6 +56,28 @@ def _secret_rows(cfg: ClusterConfig) -> list[CheckRow]:
                                  f"{len(tok)} characters (not shown)"))
         except ConfigError as e:
             rows.append(CheckRow("slurmrestd token", rest.token_file or f"env {rest.token_env}", False, str(e)))
+    rows += _temporal_secret_rows(cfg)
+    return rows
+
+
+def _temporal_secret_rows(cfg: ClusterConfig) -> list[CheckRow]:
+    """Temporal API key and TLS files: path and length only, never the content."""
+    from pathlib import Path
+
+    t = cfg.temporal
+    rows: list[CheckRow] = []
+    files = [("temporal api key", t.api_key_file)]
+    if t.tls is not None:
+        files += [("temporal tls ca", t.tls.ca_file), ("temporal tls cert", t.tls.cert_file),
+                  ("temporal tls key", t.tls.key_file)]
+    for what, path in files:
+        if not path:
+            continue
+        try:
+            n = len(Path(path).expanduser().read_bytes().strip())
+            rows.append(CheckRow(what, path, n > 0, f"{n} bytes (not shown)" if n else "empty"))
+        except OSError as e:
+            rows.append(CheckRow(what, path, False, f"cannot read: {e.strerror}"))
     return rows
 
 

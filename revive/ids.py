@@ -36,3 +36,23 @@ def guard_workflow_id(cluster: str, task_queue: str = DEFAULT_TASK_QUEUE) -> str
     started on, so workers of another task queue (tests) get their own guard rather than one no
     worker of theirs polls."""
     return f"revive-guard-{cluster}" if task_queue == DEFAULT_TASK_QUEUE else f"revive-guard-{cluster}@{task_queue}"
+
+
+JOB_RECORD_WORKFLOW = "JobRecordWorkflow"
+JOB_RECORD_ADMIT = "admit"
+"""The job record's Update that answers the job's history and reserves a requeue atomically."""
+JOB_RECORD_REPORT = "report"
+"""The job record's Update that records an incident's outcome at its close."""
+GUARD_SET_MODE = "set_mode"
+GUARD_APPLY_POLICY = "apply_policy"
+GUARD_SETTINGS_QUERY = "settings"
+INCIDENT_ADD_TRIGGER = "add_trigger"
+"""The incident's Update (and, for old senders, Signal) that records a later trigger."""
+
+
+def job_record_id(cluster: str, job_id: str, task_queue: str = DEFAULT_TASK_QUEUE) -> str:
+    """The per-job record's workflow id: ``revive-job-<cluster>-<job id>`` (``@<task queue>`` for a
+    non-default queue, as for the guard). One per (cluster, job id): a monitor that restarted finds
+    the job's first SubmitTime and budgets there without knowing them."""
+    base = f"revive-job-{cluster}-{job_id}"
+    return base if task_queue == DEFAULT_TASK_QUEUE else f"{base}@{task_queue}"

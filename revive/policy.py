@@ -18,6 +18,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from revive.errors import ConfigError
+from revive.signals import SignalScope, normalize_signal
 
 
 class Mode(StrEnum):
@@ -104,6 +105,38 @@ class VerifyPolicy(_Strict):
     poll_interval: timedelta = timedelta(seconds=1)
 
 
+class SaveBeforeRequeuePolicy(_Strict):
+    """Ask a still-running job to save before Revive requeues it (``runbooks.steps.save_before_requeue``)."""
+
+    enabled: bool = True
+    timeout: timedelta = timedelta(minutes=2)
+    """Longest wait for the saved line (or a new checkpoint file) after the signal; then requeue anyway."""
+    signal: str | None = None
+    """A signal the job handles (``USR1``, ``SIGTERM`` …); None: the job's profile names it (or none)."""
+    scope: SignalScope | None = None
+    """Which processes ``scancel`` reaches (``steps``/``batch``/``full``); None: the profile's, else ``steps``."""
+    on_hang: bool = False
+    """Also for hangs. Off by default: a rank stuck in a collective cannot save, and the other
+    ranks block in the save's own collectives."""
+
+    @field_validator("signal")
+    @classmethod
+    def _signal(cls, v: str | None) -> str | None:
+        return None if v is None else normalize_signal(v)
+
+
+class BadCheckpointPolicy(_Strict):
+    """Stop requeueing onto a checkpoint the job keeps failing from (``activities.checkpoint``)."""
+
+    enabled: bool = True
+    within_iterations: int = Field(default=20, ge=0)
+    """An attempt that loaded checkpoint C and failed at most this many iterations past C, before
+    saving a newer one, counts as 'failed right after resuming from C'."""
+    propose_previous: bool = True
+    """When the profile knows the checkpoint layout, the escalation carries a proposal to resume
+    from the previous checkpoint (a person runs it; Revive never rewrites checkpoints itself)."""
+
+
 class NotifyPolicy(_Strict):
     webhooks: list[str] = Field(default_factory=list)
     timeout: timedelta = timedelta(seconds=5)
@@ -127,6 +160,8 @@ class RecoveryPolicy(_Strict):
     hang: HangPolicy = Field(default_factory=HangPolicy)
     verify: VerifyPolicy = Field(default_factory=VerifyPolicy)
     notify: NotifyPolicy = Field(default_factory=NotifyPolicy)
+    save_before_requeue: SaveBeforeRequeuePolicy = Field(default_factory=SaveBeforeRequeuePolicy)
+    bad_checkpoint: BadCheckpointPolicy = Field(default_factory=BadCheckpointPolicy)
     drain_reason_prefix: str = "revive:"
     topology: dict[str, str] = Field(default_factory=dict)
     """Optional node → switch (or rack) map. A communication error (NCCL/IB) naming several nodes

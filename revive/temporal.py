@@ -1,4 +1,9 @@
-"""Temporal client construction and the dev-server binary, shared by the worker, monitor and CLI."""
+"""Temporal client construction and the dev-server binary, shared by the worker, monitor and CLI.
+
+Secrets (TLS key, API key) come from the files named in the cluster config (``temporal.tls``,
+``temporal.api_key_file``), are read at connect time and only handed to the SDK: never logged,
+printed (``revive config check`` shows paths and lengths) or put into a workflow.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ from temporalio.client import Client, TLSConfig
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from revive.config import TemporalConfig
+from revive.errors import ConfigError
 
 
 def binary_from_dist(dist: str, name: str, env_var: str) -> str:
@@ -42,23 +48,45 @@ async def connect(cfg: TemporalConfig, identity: str | None = None) -> Client:
     ``identity`` is recorded in history for every signal/update sent (e.g. ``revive-cli:alice``).
     Raises ``RuntimeError`` with the address when the server is unreachable.
     """
-    tls: TLSConfig | bool = False
-    if cfg.tls:
-        tls = TLSConfig(
-            client_cert=Path(cfg.tls.cert_file).read_bytes(),
-            client_private_key=Path(cfg.tls.key_file).read_bytes(),
-            server_root_ca_cert=Path(cfg.tls.ca_file).read_bytes() if cfg.tls.ca_file else None,
-        )
+    tls = tls_config(cfg)
+    api_key = cfg.api_key()
     from revive.telemetry import tracing_interceptors
 
     try:
         if identity:
             return await Client.connect(cfg.address, namespace=cfg.namespace, tls=tls, identity=identity,
-                                        data_converter=pydantic_data_converter, interceptors=tracing_interceptors())
-        return await Client.connect(cfg.address, namespace=cfg.namespace, tls=tls,
+                                        api_key=api_key, data_converter=pydantic_data_converter,
+                                        interceptors=tracing_interceptors())
+        return await Client.connect(cfg.address, namespace=cfg.namespace, tls=tls, api_key=api_key,
                                     data_converter=pydantic_data_converter, interceptors=tracing_interceptors())
     except Exception as e:
-        raise RuntimeError(f"cannot reach Temporal at {cfg.address} (namespace {cfg.namespace}): {e}") from None
+        # the SDK's message names the address and the gRPC status, never the key or cert bytes;
+        # scrub anyway in case a future version echoes the metadata
+        msg = str(e)
+        if api_key:
+            msg = msg.replace(api_key, "<api key>")
+        raise RuntimeError(f"cannot reach Temporal at {cfg.address} (namespace {cfg.namespace}): {msg}") from None
+
+
+def _read(path: str, what: str) -> bytes:
+    try:
+        return Path(path).expanduser().read_bytes()
+    except OSError as e:
+        raise ConfigError(f"temporal.tls.{what}: cannot read {path}: {e.strerror}") from None
+
+
+def tls_config(cfg: TemporalConfig) -> TLSConfig | bool:
+    """The SDK's TLS settings from the files named in ``cfg.tls`` (False: plain connection).
+    Raises ``ConfigError`` naming the file that cannot be read (never its content)."""
+    t = cfg.tls
+    if t is None:
+        return False
+    return TLSConfig(
+        client_cert=_read(t.cert_file, "cert_file") if t.cert_file else None,
+        client_private_key=_read(t.key_file, "key_file") if t.key_file else None,
+        server_root_ca_cert=_read(t.ca_file, "ca_file") if t.ca_file else None,
+        domain=t.server_name,
+    )
 
 
 def ui_url(ui_base: str, namespace: str, workflow_id: str) -> str:

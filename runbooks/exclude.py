@@ -21,8 +21,12 @@ class RequeueExcludeRunbook:
     async def run(self, inp: RunbookInput) -> RunbookResult:
         log = steps.RunbookLog(RunbookName.requeue_exclude)
         try:
-            await steps.check_same_job(inp)
+            job = await steps.check_same_job(inp)
+            stop = await steps.stop_on_suspect(inp, log)
+            if stop is not None:
+                return stop
+            inp = await steps.save_before_requeue(inp, log, job)
             requeued = await steps.drain_offenders_and_requeue_excluding(inp, log)
         except steps.StepRefused as e:
             return log.refused(str(e))
-        return log.done(await steps.verify(inp, excluded=inp.plan.exclude_nodes, requeued=requeued))
+        return await steps.finish(inp, log, requeued, excluded=inp.plan.exclude_nodes)

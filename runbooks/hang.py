@@ -24,8 +24,9 @@ class HangRunbook:
         try:
             job = await steps.check_same_job(inp)
             log.diagnostics = await steps.diagnose(inp, job.nodes)
+            inp = await steps.save_before_requeue(inp, log, job)  # only with save_before_requeue.on_hang
             requeued = await steps.requeue(inp)
             log.add(requeued)
         except steps.StepRefused as e:
             return log.refused(str(e))
-        return log.done(await steps.verify(inp, excluded=[], requeued=requeued))
+        return await steps.finish(inp, log, requeued, excluded=[])

@@ -17,11 +17,16 @@ class DrainAndRequeueRunbook:
     async def run(self, inp: RunbookInput) -> RunbookResult:
         log = steps.RunbookLog(RunbookName.drain_and_requeue)
         try:
-            await steps.check_same_job(inp)
+            job = await steps.check_same_job(inp)
+            stop = await steps.stop_on_suspect(inp, log)
+            if stop is not None:
+                return stop
             log.add(await steps.drain(inp, inp.plan.drain_nodes))
+            # drained first: a job that requeues itself after its save cannot land on the bad node
+            inp = await steps.save_before_requeue(inp, log, job)
             # Drain first, then a plain requeue: no hold to strand, and Slurm never picks a drained node.
             requeued = await steps.requeue(inp)
             log.add(requeued)
         except steps.StepRefused as e:
             return log.refused(str(e))
-        return log.done(await steps.verify(inp, excluded=inp.plan.drain_nodes, requeued=requeued))
+        return await steps.finish(inp, log, requeued, excluded=inp.plan.drain_nodes)

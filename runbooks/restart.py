@@ -17,9 +17,13 @@ class RestartInPlaceRunbook:
     async def run(self, inp: RunbookInput) -> RunbookResult:
         log = steps.RunbookLog(RunbookName.restart_in_place)
         try:
-            await steps.check_same_job(inp)
+            job = await steps.check_same_job(inp)
+            stop = await steps.stop_on_suspect(inp, log)
+            if stop is not None:
+                return stop
+            inp = await steps.save_before_requeue(inp, log, job)
             requeued = await steps.requeue(inp)
             log.add(requeued)
         except steps.StepRefused as e:
             return log.refused(str(e))
-        return log.done(await steps.verify(inp, excluded=[], requeued=requeued))
+        return await steps.finish(inp, log, requeued, excluded=[])

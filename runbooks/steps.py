@@ -11,25 +11,48 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from activities.checkpoint import CheckpointActivities
+    from activities.guard import GuardActivities
     from activities.remediation import RemediationActivities
     from activities.verification import VerificationActivities
     from revive import retry
+    from revive.decide.budgets import root_key
     from revive.models import (
+        ActionKind,
         ActionResult,
+        Category,
         CheckIdentityInput,
+        DependentJob,
+        DependentsInput,
         DiagnoseInput,
         DrainInput,
+        IncidentHistoryInput,
         IncidentOutcome,
         JobIdentity,
         JobRecord,
+        JobState,
+        LoopCheckInput,
+        LoopVerdict,
         RequeueInput,
         RunbookInput,
         RunbookName,
         RunbookResult,
+        SaveOutcome,
+        SavePlanInput,
+        SignalJobInput,
         VerifyInput,
         VerifyResult,
         WaitCheckpointInput,
+        WaitSaveInput,
     )
+
+
+PATCH_SAVE_BEFORE_REQUEUE = "save-before-requeue"
+"""Runbooks send the job's save signal and wait for the save before requeueing a running job."""
+PATCH_BAD_CHECKPOINT = "bad-checkpoint-loop"
+"""Runbooks refuse to requeue onto a checkpoint the job failed from twice (``checkpoint_loop``)."""
+PATCH_DEPENDENTS = "dependents"
+"""Runbooks make a requeued job's dependents wait again, and report them when the job stays down."""
 
 
 class StepRefused(Exception):
@@ -133,6 +156,146 @@ async def wait_for_checkpoint(inp: RunbookInput, timeout: timedelta) -> int | No
     )
 
 
+async def save_before_requeue(inp: RunbookInput, log: RunbookLog, job: JobRecord) -> RunbookInput:
+    """Ask a still-running job to save, then return ``inp`` with the saved checkpoint (if any).
+
+    Runs when ``policy.save_before_requeue.enabled``, the job is RUNNING, and the policy or the
+    job's profile names a save signal (not for hangs unless ``on_hang``: a stuck collective cannot
+    save). Signal (``scancel --signal``, the profile's scope) → wait up to ``timeout`` for the
+    saved line / a new checkpoint file → record which checkpoint was saved, or that none was, and
+    go on (the requeue never waits longer than the timeout). A job that requeued itself (Lightning)
+    is not requeued again: ``requeue`` sees the restart count above the recorded one.
+    """
+    if not workflow.patched(PATCH_SAVE_BEFORE_REQUEUE):
+        return inp
+    p = inp.policy.save_before_requeue
+    if not p.enabled or job.state != JobState.RUNNING or (inp.category == Category.hang and not p.on_hang):
+        return inp
+    plan = await workflow.execute_activity_method(
+        CheckpointActivities.plan_save,
+        SavePlanInput(incident_id=inp.incident_id, job=inp.job, log_path=inp.log_path, signal=p.signal, scope=p.scope),
+        start_to_close_timeout=retry.SHORT, retry_policy=retry.READ_ONLY, summary="save signal?",
+    )
+    if plan.signal is None:
+        log.diagnostics["save_before_requeue"] = plan.reason
+        return inp
+    try:
+        sent = await workflow.execute_activity_method(
+            RemediationActivities.signal_job,
+            SignalJobInput(incident_id=inp.incident_id, job=inp.job, signal=plan.signal, scope=plan.scope),
+            start_to_close_timeout=retry.SHORT, schedule_to_close_timeout=retry.MUTATING_DEADLINE,
+            retry_policy=retry.MUTATING, summary=f"SIG{plan.signal} ({plan.scope}): save",
+        )
+    except ActivityError as e:
+        log.diagnostics["save_before_requeue"] = f"signal failed: {_cause(e)}; requeueing without a save"
+        return inp
+    log.add(sent)
+    if not sent.changed:
+        return inp
+    timeout = p.timeout
+    got: SaveOutcome = await workflow.execute_activity_method(
+        CheckpointActivities.wait_for_save,
+        WaitSaveInput(incident_id=inp.incident_id, job=inp.job, log_path=inp.log_path, plan=plan,
+                      after_iteration=inp.checkpoint_iteration, timeout_s=timeout.total_seconds()),
+        start_to_close_timeout=timeout + timedelta(seconds=60), heartbeat_timeout=timedelta(seconds=30),
+        retry_policy=retry.READ_ONLY, summary="wait for the save",
+    )
+    what = (f"checkpoint {got.iteration}" if got.iteration is not None else "a checkpoint") if got.saved else "none"
+    log.add(ActionResult(action=ActionKind.wait_for_checkpoint, ok=got.saved, changed=False, at=workflow.now(),
+                         detail=f"saved on SIG{plan.signal}: {what} ({got.proof or got.detail})"
+                                + ("; the job requeued itself" if got.requeued_by_job else "")
+                                + ("" if got.saved else "; requeueing without it")))
+    log.saved_checkpoint = got.iteration if got.saved else None
+    if got.saved and got.iteration is not None:
+        return inp.model_copy(update={"checkpoint_iteration": got.iteration})
+    return inp
+
+
+async def bad_checkpoint(inp: RunbookInput, log: RunbookLog) -> LoopVerdict | None:
+    """The checkpoint the job keeps failing from, or None (requeue as planned).
+
+    Suspect when the failed attempt resumed from checkpoint C and failed within
+    ``policy.bad_checkpoint.within_iterations`` of it without saving a newer one, the attempt
+    before it also ended at C, and the newest prior incident of this job had the same root cause
+    (the signature when the incident passes it, else the category). Then the runbook requeues
+    nothing: it escalates with "checkpoint C suspect" and, when the profile knows the layout, a
+    proposal to resume from the previous checkpoint that a person runs (Revive never rewrites a
+    checkpoint; moving a tracker file is reversible, and a person decides it).
+    """
+    if not workflow.patched(PATCH_BAD_CHECKPOINT):
+        return None
+    if not inp.policy.bad_checkpoint.enabled or not inp.log_path:
+        return None
+    v: LoopVerdict = await workflow.execute_activity_method(
+        CheckpointActivities.checkpoint_loop,
+        LoopCheckInput(incident_id=inp.incident_id, cluster=inp.cluster, job=inp.job, log_path=inp.log_path,
+                       category=inp.category, root_signature=inp.root_signature,
+                       checkpoint_iteration=inp.checkpoint_iteration,
+                       within_iterations=inp.policy.bad_checkpoint.within_iterations),
+        start_to_close_timeout=retry.SHORT, retry_policy=retry.READ_ONLY, summary="resuming from a bad checkpoint?",
+    )
+    if v.suspect is None:
+        return None
+    try:
+        hist = await workflow.execute_activity_method(
+            GuardActivities.incident_history,
+            IncidentHistoryInput(cluster=inp.cluster, job_id=inp.job.job_id, exclude_incident_id=inp.incident_id),
+            start_to_close_timeout=retry.SHORT, retry_policy=retry.READ_ONLY, summary="prior incidents",
+        )
+    except ActivityError as e:
+        log.diagnostics["bad_checkpoint"] = f"{v.detail}; prior incidents unreadable ({_cause(e)}): requeueing"
+        return None
+    last = hist.prior[-1] if hist.prior else None
+    if last is None:
+        log.diagnostics["bad_checkpoint"] = f"{v.detail}; no prior incident: not a repeat"
+        return None
+    same = (root_key(last.category, last.root_signature) == root_key(inp.category, inp.root_signature)
+            if inp.root_signature else last.category == inp.category)
+    if not same or (last.checkpoint_iteration is not None and last.checkpoint_iteration != v.suspect):
+        log.diagnostics["bad_checkpoint"] = (f"{v.detail}; prior incident {last.incident_id} was "
+                                             f"{last.category} at checkpoint {last.checkpoint_iteration}: not a repeat")
+        return None
+    if not inp.policy.bad_checkpoint.propose_previous:
+        v = v.model_copy(update={"proposal": ""})
+    log.add(ActionResult(action=ActionKind.report, ok=True, changed=False, at=workflow.now(),
+                         detail=f"checkpoint {v.suspect} suspect: {v.detail}; same root cause as "
+                                f"{last.incident_id}" + (f"; proposal: {v.proposal}" if v.proposal else "")))
+    return v
+
+
+async def rewait_dependents(inp: RunbookInput, log: RunbookLog, requeued: ActionResult) -> None:
+    """After a requeue (not a resubmission), dependents Slurm marked failed wait for the job again."""
+    if not workflow.patched(PATCH_DEPENDENTS) or requeued.new_job_id:
+        return
+    try:
+        r = await workflow.execute_activity_method(
+            RemediationActivities.rewait_dependents, DependentsInput(job_id=inp.job.job_id),
+            start_to_close_timeout=retry.SHORT, schedule_to_close_timeout=retry.MUTATING_DEADLINE,
+            retry_policy=retry.MUTATING, summary="dependents wait again",
+        )
+    except ActivityError as e:
+        log.diagnostics["dependents"] = f"could not re-point dependents: {_cause(e)}"
+        return
+    if r.changed:
+        log.add(r)
+
+
+async def report_dependents(inp: RunbookInput, log: RunbookLog) -> list[DependentJob]:
+    """The jobs that wait on this one, recorded when it stays down (they would pend forever)."""
+    if not workflow.patched(PATCH_DEPENDENTS):
+        return []
+    deps: list[DependentJob] = await workflow.execute_activity_method(
+        CheckpointActivities.job_dependents, DependentsInput(job_id=inp.job.job_id),
+        start_to_close_timeout=retry.SHORT, retry_policy=retry.READ_ONLY, summary="dependents",
+    )
+    log.dependents = [d.job_id for d in deps]
+    if deps:
+        log.add(ActionResult(action=ActionKind.report, ok=True, changed=False, at=workflow.now(),
+                             detail="dependents that will never start (DependencyNeverSatisfied): "
+                                    + ", ".join(f"{d.job_id} ({d.name or '-'}, {d.reason or d.state})" for d in deps)))
+    return deps
+
+
 class RunbookLog:
     """Collects a runbook's actions and turns them into its ``RunbookResult``."""
 
@@ -140,6 +303,9 @@ class RunbookLog:
         self.name = name
         self.actions: list[ActionResult] = []
         self.diagnostics: dict[str, str] = {}
+        self.saved_checkpoint: int | None = None
+        self.dependents: list[str] = []
+        self.suspect: LoopVerdict | None = None
 
     def add(self, r: ActionResult) -> None:
         self.actions.append(r)
@@ -148,15 +314,52 @@ class RunbookLog:
     def first_action_at(self) -> datetime | None:
         return next((a.at for a in self.actions if a.changed and a.at), None)
 
+    def _extra(self) -> dict:
+        return {"saved_checkpoint": self.saved_checkpoint, "dependents": self.dependents,
+                "suspect_checkpoint": self.suspect.suspect if self.suspect else None}
+
+    def _deps(self) -> str:
+        return f"; dependents never start: {', '.join(self.dependents)}" if self.dependents else ""
+
     def refused(self, why: str) -> RunbookResult:
         return RunbookResult(runbook=self.name, actions=self.actions, outcome=IncidentOutcome.stopped,
-                             reason=f"refused: {why}", first_action_at=self.first_action_at,
-                             diagnostics=self.diagnostics)
+                             reason=f"refused: {why}{self._deps()}", first_action_at=self.first_action_at,
+                             diagnostics=self.diagnostics, **self._extra())
+
+    def suspect_checkpoint(self, v: LoopVerdict) -> RunbookResult:
+        """Escalate instead of requeueing onto checkpoint ``v.suspect`` (a person decides)."""
+        self.suspect = v
+        return RunbookResult(
+            runbook=self.name, actions=self.actions, outcome=IncidentOutcome.escalated,
+            reason=f"checkpoint {v.suspect} suspect: {v.detail}"
+                   + (f"; proposal: {v.proposal}" if v.proposal else "; no earlier checkpoint known")
+                   + self._deps(),
+            first_action_at=self.first_action_at, diagnostics=self.diagnostics, **self._extra())
 
     def done(self, v: VerifyResult) -> RunbookResult:
         return RunbookResult(
             runbook=self.name, actions=self.actions, verify=v,
             outcome=(IncidentOutcome.recovered if v.recovered
                      else IncidentOutcome.unverified if v.unverified else IncidentOutcome.not_recovered),
-            reason=v.detail, first_action_at=self.first_action_at, diagnostics=self.diagnostics,
+            reason=v.detail + ("" if v.recovered else self._deps()), first_action_at=self.first_action_at,
+            diagnostics=self.diagnostics, **self._extra(),
         )
+
+
+async def finish(inp: RunbookInput, log: RunbookLog, requeued: ActionResult, excluded: list[str]) -> RunbookResult:
+    """The common tail of every requeueing runbook: dependents wait again, verify, and when the
+    job did not come back, report the dependents it leaves pending."""
+    await rewait_dependents(inp, log, requeued)
+    v = await verify(inp, excluded=excluded, requeued=requeued)
+    if not v.recovered and not v.unverified:
+        await report_dependents(inp, log)
+    return log.done(v)
+
+
+async def stop_on_suspect(inp: RunbookInput, log: RunbookLog) -> RunbookResult | None:
+    """``bad_checkpoint`` → the escalation (with the dependents left waiting), or None."""
+    v = await bad_checkpoint(inp, log)
+    if v is None:
+        return None
+    await report_dependents(inp, log)
+    return log.suspect_checkpoint(v)

@@ -16,21 +16,26 @@ CHECKPOINT_WAIT = timedelta(minutes=30)
 
 @workflow.defn
 class StragglerRunbook:
-    """Wait for the next checkpoint boundary (no work lost), then requeue excluding the slow node,
-    then verify the job resumes from that checkpoint."""
+    """Save first (no work lost): the job's save signal when its profile or the policy names one
+    (``steps.save_before_requeue``), else wait for its next checkpoint boundary; then requeue
+    excluding the slow node, then verify the job resumes from that checkpoint."""
 
     @workflow.run
     async def run(self, inp: RunbookInput) -> RunbookResult:
         log = steps.RunbookLog(RunbookName.straggler)
         try:
-            await steps.check_same_job(inp)
-            saved = await steps.wait_for_checkpoint(inp, CHECKPOINT_WAIT)
-            log.add(ActionResult(action=ActionKind.wait_for_checkpoint, ok=saved is not None, changed=False,
-                                 detail=f"checkpoint saved at iteration {saved}" if saved is not None
-                                 else f"no checkpoint within {CHECKPOINT_WAIT}; requeueing anyway"))
-            if saved is not None:
-                inp = inp.model_copy(update={"checkpoint_iteration": saved})
+            job = await steps.check_same_job(inp)
+            # a job that saves on a signal saves now; otherwise wait for its next checkpoint
+            before = len(log.actions)
+            inp = await steps.save_before_requeue(inp, log, job)
+            if not any(a.action == ActionKind.signal and a.changed for a in log.actions[before:]):
+                saved = await steps.wait_for_checkpoint(inp, CHECKPOINT_WAIT)
+                log.add(ActionResult(action=ActionKind.wait_for_checkpoint, ok=saved is not None, changed=False,
+                                     detail=f"checkpoint saved at iteration {saved}" if saved is not None
+                                     else f"no checkpoint within {CHECKPOINT_WAIT}; requeueing anyway"))
+                if saved is not None:
+                    inp = inp.model_copy(update={"checkpoint_iteration": saved})
             requeued = await steps.drain_offenders_and_requeue_excluding(inp, log)
         except steps.StepRefused as e:
             return log.refused(str(e))
-        return log.done(await steps.verify(inp, excluded=inp.plan.exclude_nodes, requeued=requeued))
+        return await steps.finish(inp, log, requeued, excluded=inp.plan.exclude_nodes)

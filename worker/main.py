@@ -17,6 +17,7 @@ from temporalio.worker import Worker
 
 from activities.attribution import AttributionActivities
 from activities.audit import AuditActivities
+from activities.checkpoint import CheckpointActivities
 from activities.evidence import EvidenceActivities
 from activities.guard import GuardActivities
 from activities.jobspec import JobSpecActivities
@@ -31,8 +32,9 @@ from revive.site import Site, build_site
 from runbooks import RUNBOOKS
 from workflows.guard import ClusterGuardWorkflow
 from workflows.incident import IncidentWorkflow
+from workflows.job_record import JobRecordWorkflow
 
-WORKFLOWS = [IncidentWorkflow, ClusterGuardWorkflow, *RUNBOOKS.values()]
+WORKFLOWS = [IncidentWorkflow, ClusterGuardWorkflow, JobRecordWorkflow, *RUNBOOKS.values()]
 
 
 def build_activities(client: Client, cfg: ClusterConfig, site: Site, task_queue: str) -> list:
@@ -61,12 +63,15 @@ def build_activities(client: Client, cfg: ClusterConfig, site: Site, task_queue:
     rm = RemediationActivities(scheduler, arm_hold_release=arm, jobspec_dir=state / "jobspec", py_spy=py_spy)
     js = JobSpecActivities(scheduler, state / "jobspec")
     vf = VerificationActivities(scheduler, logs=site.logs)
+    ck = CheckpointActivities(scheduler, logs=site.logs)
     au = AuditActivities(Path(cfg.audit_file))
     gd = GuardActivities(client, task_queue)
     return [
         js.save_job_spec, ev.gather_evidence, at.attribute, at.attribute_external,
         rm.check_identity, rm.drain_nodes, rm.requeue_job, rm.diagnose_hang, rm.read_mode,
-        vf.verify_progress, vf.wait_for_checkpoint, au.append_audit, gd.request_drain_grant, gd.incident_history, notify,
+        rm.signal_job, rm.rewait_dependents, ck.plan_save, ck.wait_for_save, ck.checkpoint_loop, ck.job_dependents,
+        vf.verify_progress, vf.wait_for_checkpoint, au.append_audit, gd.request_drain_grant, gd.incident_history,
+        gd.admit_incident, gd.report_job_outcome, gd.read_guard_mode, gd.read_guard_policy, notify,
     ]
 
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.common import (
     SearchAttributePair,
     TypedSearchAttributes,
@@ -284,7 +284,12 @@ class Monitor:
                 return  # a hang keeps 'triggering' every pass; repeats beyond 20 add nothing
             w.signalled[attempt] = n + 1
             try:
-                await self.client.get_workflow_handle(existing).signal("add_trigger", trig.text or trig.kind.value)
+                # an Update, not a Signal: once the incident keeps MAX_EXTRA_TRIGGERS its validator
+                # refuses, which writes no history event (the storm is coalesced, not recorded)
+                await asyncio.wait_for(self.client.get_workflow_handle(existing).execute_update(
+                    "add_trigger", (trig.text or trig.kind.value)[:4096], result_type=int), timeout=10)
+            except WorkflowUpdateFailedError:
+                pass  # refused: coalesced (the incident keeps enough triggers already)
             except Exception:
                 pass  # closed already: the trigger is a repeat of a handled fault
             return

@@ -14,9 +14,21 @@ other against the same sliding window: the circuit breaker cannot be raced.
 - Same incident asking twice → the same answer (idempotent per ``incident_id``), so a retried
   activity or a replayed incident never consumes the window twice.
 
-The workflow continues as new when the server suggests it (or after
-``GuardInput.continue_as_new_after`` requests), carrying ``GuardState``. Deterministic: the only
-clock is ``workflow.now()`` (or the requester's ``now``).
+Mode and policy (``revive.decide.settings``) live here too, changed by two Updates, each validated
+(a refused Update writes no history), idempotent per ``update_id`` and size-capped:
+
+- ``set_mode`` (``ModeChange``): observe/auto for the cluster or one partition, with who and a
+  note, recorded with the guard's workflow time (``revive mode set``);
+- ``apply_policy`` (``PolicyApply``): a policy document validated by ``parse_policy``; stored as
+  the next ``policy_version`` (``revive policy apply``).
+
+The ``settings`` query answers both (incidents read the mode through the ``read_guard_mode``
+activity; the monitor reads the policy through ``GuardActivities.read_policy``).
+
+The workflow continues as new when the server suggests it, after ``GuardInput.continue_as_new_after``
+requests, or once the run's history reaches ``continue_as_new_after_events`` events (tracked with
+``get_current_history_length``), carrying ``GuardState``. Deterministic: the only clock is
+``workflow.now()`` (or the requester's ``now``).
 """
 
 from __future__ import annotations
@@ -26,6 +38,8 @@ from datetime import datetime, timedelta
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
+    import revive.errors  # noqa: F401  (parse_policy's ConfigError, imported lazily: pass it through)
+    import revive.yamlfile  # noqa: F401  (field_errors, imported lazily by parse_policy)
     from revive.decide.breaker import (
         DrainGrant,
         DrainGrantInput,
@@ -33,6 +47,14 @@ with workflow.unsafe.imports_passed_through():
         GuardInput,
         GuardState,
         evaluate_drain,
+    )
+    from revive.decide.settings import (
+        GuardSettings,
+        ModeChange,
+        PolicyApply,
+        SettingsAnswer,
+        apply_mode,
+        apply_policy,
     )
 
 MAX_TRIPS_KEPT = 50
@@ -57,9 +79,10 @@ class ClusterGuardWorkflow:
         limit = inp.continue_as_new_after
 
         def should_roll() -> bool:
-            return workflow.info().is_continue_as_new_suggested() or (
+            info = workflow.info()
+            return info.is_continue_as_new_suggested() or (
                 limit is not None and self._requests_this_run >= limit
-            )
+            ) or info.get_current_history_length() >= inp.continue_as_new_after_events
 
         await workflow.wait_condition(should_roll)
         await workflow.wait_condition(workflow.all_handlers_finished)
@@ -69,6 +92,7 @@ class ClusterGuardWorkflow:
                 state=self._state,
                 max_answers=inp.max_answers,
                 continue_as_new_after=inp.continue_as_new_after,
+                continue_as_new_after_events=inp.continue_as_new_after_events,
             )
         )
 
@@ -115,6 +139,45 @@ class ClusterGuardWorkflow:
             raise ValueError(f"wrong guard: request for cluster {inp.cluster!r}, guard of {self._state.cluster!r}")
         if not inp.nodes:
             raise ValueError("nodes must not be empty")
+
+    # ---- mode and policy -----------------------------------------------------------------------
+    # Handlers take one raw payload and validate it themselves (a wrong shape is refused by the
+    # validator, never a failed workflow task).
+    @workflow.update(name="set_mode")
+    def set_mode(self, raw: object) -> SettingsAnswer:
+        """Set observe/auto for the cluster or one partition (``ModeChange``). Idempotent per
+        ``update_id``. Returns what was applied."""
+        st = self._settings()
+        answer = apply_mode(st, ModeChange.model_validate(raw), workflow.now())
+        self._requests_this_run += 1
+        return answer
+
+    @set_mode.validator
+    def _validate_set_mode(self, raw: object) -> None:
+        ModeChange.model_validate(raw)  # pydantic's ValidationError names the field
+
+    @workflow.update(name="apply_policy")
+    def apply_policy(self, raw: object) -> SettingsAnswer:
+        """Store a validated policy document as the next version (``PolicyApply``). Idempotent per
+        ``update_id``."""
+        p = PolicyApply.model_validate(raw)
+        answer = apply_policy(self._settings(), p, p.parsed(), workflow.now())
+        self._requests_this_run += 1
+        return answer
+
+    @apply_policy.validator
+    def _validate_apply_policy(self, raw: object) -> None:
+        PolicyApply.model_validate(raw).parsed()  # ConfigError lists the invalid fields
+
+    @workflow.query
+    def settings(self) -> GuardSettings:
+        """Mode (global, per partition) and policy in force, with who set them when."""
+        return self._state.settings or GuardSettings()
+
+    def _settings(self) -> GuardSettings:
+        if self._state.settings is None:
+            self._state.settings = GuardSettings()
+        return self._state.settings
 
     @workflow.query
     def state(self) -> GuardState:

@@ -26,7 +26,9 @@ with workflow.unsafe.imports_passed_through():
     from revive.decide.approval import needs_person, parse_decision
     from revive.decide.breaker import DrainGrant, DrainGrantInput
     from revive.decide.budgets import JobIncidentHistory
+    from revive.decide.jobrecord import AdmitAnswer, AdmitIncidentInput, AdmitInput, ReportInput
     from revive.decide.plan import plan_for
+    from revive.decide.settings import ModeAnswer, ModeQuery
     from revive.logline import cap_line
     from revive.models import (
         Action,
@@ -65,6 +67,16 @@ PATCH_EXTERNAL_IN_BACKGROUND = "external-attribution-in-background"
 PATCH_CULPRIT_SA = "culprit-search-attribute"
 """``ReviveCulprits`` upserted after attribution (one more command). Remove once no incident started
 before it is open."""
+PATCH_JOB_RECORD = "job-record-budgets"
+"""Budgets read from (and reserved in) the per-job record (``admit_incident`` instead of
+``incident_history``) and the outcome reported to it at the close (``report_job_outcome``). Remove
+once no incident started before it is open."""
+PATCH_MODE_FROM_GUARD = "mode-from-guard"
+"""The gate reads the mode from the cluster's guard (``read_guard_mode``) instead of the policy file
+(``read_mode``). Remove with the previous one."""
+MAX_TRIGGER_PAYLOAD = 4096
+"""Characters of one ``add_trigger`` payload accepted by the Update (the kept text is capped further
+by ``revive.logline.cap_line``)."""
 
 
 @workflow.defn
@@ -86,6 +98,13 @@ class IncidentWorkflow:
         self._breaker_reason = ""
         self._dropped_triggers = 0
         self._job: JobRecord | None = None
+        self._mode_source = "input"
+        """Where the gate's mode came from (``revive.decide.settings.ModeAnswer.source``, or
+        ``policy_file`` before ``PATCH_MODE_FROM_GUARD``)."""
+        self._policy_version = 0
+        """The guard's policy version at the gate (0: none applied there)."""
+        self._admitted = False
+        """The job record admitted this incident (``PATCH_JOB_RECORD``): report the outcome at close."""
         self._stages: dict[str, datetime] = {}
         """State → when it was entered (workflow time): the card's and ``revive show``'s timings."""
 
@@ -177,14 +196,32 @@ class IncidentWorkflow:
 
     async def _decide_plan(self, inp: IncidentInput, evidence: EvidenceBundle, a: Attribution) -> Plan:
         self._set_state(IncidentState.planning)
-        history: JobIncidentHistory = await workflow.execute_activity_method(
-            GuardActivities.incident_history,
-            IncidentHistoryInput(cluster=inp.cluster, job_id=inp.job.job_id,
-                                 job_submit_time_iso=inp.job_submit_time.isoformat() if inp.job_submit_time else None,
-                                 exclude_incident_id=inp.incident_id, nodes=list(inp.nodes),
-                                 nodes_since_iso=(workflow.now() - inp.policy.repeat_offender.window).isoformat()),
-            start_to_close_timeout=retry.SHORT, retry_policy=retry.READ_ONLY, summary="job incident history",
-        )
+        hist_in = IncidentHistoryInput(
+            cluster=inp.cluster, job_id=inp.job.job_id,
+            job_submit_time_iso=inp.job_submit_time.isoformat() if inp.job_submit_time else None,
+            exclude_incident_id=inp.incident_id, nodes=list(inp.nodes),
+            nodes_since_iso=(workflow.now() - inp.policy.repeat_offender.window).isoformat())
+        history: JobIncidentHistory
+        # patched: incidents recorded before the job record read the history through visibility
+        if workflow.patched(PATCH_JOB_RECORD):
+            root = a.root_event.signature_id if a.root_event else None
+            answer: AdmitAnswer = await workflow.execute_activity_method(
+                GuardActivities.admit_incident,
+                AdmitIncidentInput(
+                    admit=AdmitInput(cluster=inp.cluster, job_id=inp.job.job_id, incident_id=inp.incident_id,
+                                     attempt=inp.attempt, family=inp.fault_family[:64], category=a.category,
+                                     root_signature=root, checkpoint_iteration=inp.checkpoint_iteration,
+                                     job_submit_time=inp.job_submit_time, now=workflow.now()),
+                    history=hist_in),
+                start_to_close_timeout=retry.SHORT, retry_policy=retry.READ_ONLY, summary="admit to job record",
+            )
+            self._admitted = True
+            history = answer.history
+        else:
+            history = await workflow.execute_activity_method(
+                GuardActivities.incident_history, hist_in,
+                start_to_close_timeout=retry.SHORT, retry_policy=retry.READ_ONLY, summary="job incident history",
+            )
         self._job = evidence.job
         self._partition_size = evidence.partition_size or max(len(evidence.node_states), 1)
         self._plan = plan_for(a, inp.policy, history, evidence.job, inp.checkpoint_iteration, now=workflow.now())
@@ -199,11 +236,21 @@ class IncidentWorkflow:
         again with ``approved_by`` so the drain counts in the breaker's window. Returns a closing
         (outcome, reason) when the plan must not run, else None.
         """
-        self._mode = Mode(await workflow.execute_activity_method(
-            RemediationActivities.read_mode,
-            ModeInput(policy_path=inp.policy_path, partition=inp.partition, fallback=self._mode.value),
-            start_to_close_timeout=retry.SHORT, retry_policy=retry.READ_ONLY, summary="read mode",
-        ))
+        # patched: incidents recorded before the guard held the mode re-read the policy file
+        if workflow.patched(PATCH_MODE_FROM_GUARD):
+            got: ModeAnswer = await workflow.execute_activity_method(
+                GuardActivities.read_guard_mode,
+                ModeQuery(cluster=inp.cluster, partition=inp.partition, fallback=inp.policy.mode_for(inp.partition)),
+                start_to_close_timeout=retry.SHORT, retry_policy=retry.READ_ONLY, summary="read mode from guard",
+            )
+            self._mode, self._mode_source, self._policy_version = got.mode, got.source, got.policy_version
+        else:
+            self._mode = Mode(await workflow.execute_activity_method(
+                RemediationActivities.read_mode,
+                ModeInput(policy_path=inp.policy_path, partition=inp.partition, fallback=self._mode.value),
+                start_to_close_timeout=retry.SHORT, retry_policy=retry.READ_ONLY, summary="read mode",
+            ))
+            self._mode_source = "policy_file" if inp.policy_path else "input"
         workflow.upsert_search_attributes([sa.MODE.value_set(self._mode.value)])
         if plan.drain_nodes and self._mode == Mode.auto:
             grant = await self._grant(inp, plan, approved_by=None)
@@ -275,6 +322,17 @@ class IncidentWorkflow:
             checkpoint_iteration=inp.checkpoint_iteration, breaker_reason=self._breaker_reason or None,
         )
         self._set_state(outcome.value)
+        if self._admitted:
+            try:
+                await workflow.execute_activity_method(
+                    GuardActivities.report_job_outcome,
+                    ReportInput(cluster=inp.cluster, job_id=inp.job.job_id, incident_id=inp.incident_id,
+                                outcome=outcome, executed=result.executed, closed_at=result.closed_at or workflow.now(),
+                                culprit_nodes=list(result.culprit_nodes)[:64], rule=result.rule[:300]),
+                    start_to_close_timeout=retry.SHORT, retry_policy=retry.READ_ONLY, summary="report to job record",
+                )
+            except ActivityError:
+                pass  # the reservation then lapses after PENDING_EXPIRY; the audit record still says what ran
         await workflow.execute_activity_method(
             AuditActivities.append_audit,
             AuditRecord(incident_id=inp.incident_id, cluster=inp.cluster, job_id=inp.job.job_id,
@@ -283,7 +341,8 @@ class IncidentWorkflow:
                         result=result, policy=inp.policy, ignored_decisions=list(self._gate.ignored),
                         extra_triggers=list(self._extra_triggers)
                         + ([f"{self._dropped_triggers} more trigger(s) not kept"] if self._dropped_triggers else []),
-                        partition=inp.partition, job=self._job, last_progress=dict(inp.last_progress)),
+                        partition=inp.partition, job=self._job, last_progress=dict(inp.last_progress),
+                        mode_source=self._mode_source, policy_version=self._policy_version),
             start_to_close_timeout=retry.SHORT, retry_policy=retry.READ_ONLY, summary="append audit record",
         )
         await workflow.wait_condition(workflow.all_handlers_finished)
@@ -355,15 +414,34 @@ class IncidentWorkflow:
             return f"expected one payload {{decision, approver, note}}, got {len(args)}"
         return parse_decision(args[0])
 
-    @workflow.signal
+    @workflow.signal(name="add_trigger")
     def add_trigger(self, *args: Any) -> None:
-        """Later triggers of the same attempt (recorded; the incident is already open). Any payload
-        is recorded as capped text; at most ``MAX_EXTRA_TRIGGERS`` are kept, later ones counted."""
+        """Later triggers of the same attempt, as a Signal (kept for old senders and histories: each
+        writes an event, so a storm is better sent as the Update below). Any payload is recorded
+        as capped text; at most ``MAX_EXTRA_TRIGGERS`` are kept, later ones counted."""
         if len(self._extra_triggers) >= MAX_EXTRA_TRIGGERS:
             self._dropped_triggers += 1
             return
         text = args[0] if len(args) == 1 and isinstance(args[0], str) else repr(args)
         self._extra_triggers.append(cap_line(text))
+
+    @workflow.update(name="add_trigger")
+    def add_trigger_update(self, *args: Any) -> int:
+        """Later triggers as an Update: one string payload (≤ ``MAX_TRIGGER_PAYLOAD`` characters).
+        The validator refuses it once ``MAX_EXTRA_TRIGGERS`` are kept — a refused Update writes no
+        history event, so a storm of triggers costs the incident nothing beyond the cap (the
+        sender counts the refusal as coalesced). Returns how many triggers are now kept."""
+        self._extra_triggers.append(cap_line(str(args[0])))
+        return len(self._extra_triggers)
+
+    @add_trigger_update.validator
+    def _validate_add_trigger(self, *args: Any) -> None:
+        if len(self._extra_triggers) >= MAX_EXTRA_TRIGGERS:
+            raise ValueError(f"coalesced: {MAX_EXTRA_TRIGGERS} triggers already kept")
+        if len(args) != 1 or not isinstance(args[0], str):
+            raise ValueError(f"expected one string payload, got {len(args)} payload(s)")
+        if len(args[0]) > MAX_TRIGGER_PAYLOAD:
+            raise ValueError(f"trigger text is {len(args[0])} characters, cap {MAX_TRIGGER_PAYLOAD}")
 
     @workflow.query
     def status(self) -> dict[str, object]:
@@ -377,4 +455,6 @@ class IncidentWorkflow:
             "detected_at": self._inp.detected_at.isoformat(),
             "stages": {k: v.isoformat() for k, v in self._stages.items()},
             "breaker_reason": self._breaker_reason or None,
+            "mode_source": self._mode_source, "policy_version": self._policy_version,
+            "extra_triggers": len(self._extra_triggers), "dropped_triggers": self._dropped_triggers,
         }

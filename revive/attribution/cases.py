@@ -7,7 +7,7 @@ Case folder layout (tests/data/cases/README.md):
     slurm.json         {"job_id", "nodes", "state", "exit_code", "reason", "time_limit", "elapsed", ...}
     gpu_metrics.csv    nvidia-smi --query-gpu CSV samples
     trigger.json       optional: a ``Trigger`` (Revive's own cases)
-    bundle.json        optional: extra ``EvidenceBundle`` fields (node_states, ip_to_node, ...)
+    bundle.json        optional: extra ``EvidenceBundle`` fields (node_states, ip_to_node, node_history, ...)
 
 Never raises on unreadable or binary input: the problem is written to ``bundle.notes``.
 """
@@ -236,7 +236,7 @@ def load_case(path: Path | str) -> EvidenceBundle:
             try:
                 bundle.trigger = Trigger.model_validate_json(tj.read_text(encoding="utf-8"))
             except Exception as exc:
-                notes.append(f"trigger.json invalid: {exc}"[:300])
+                bundle.notes.append(f"trigger.json invalid: {exc}"[:300])  # the bundle holds its own copy
         bj = p / "bundle.json"
         if bj.is_file():
             try:
@@ -245,7 +245,7 @@ def load_case(path: Path | str) -> EvidenceBundle:
                 merged.update(extra)
                 bundle = EvidenceBundle.model_validate(merged)
             except Exception as exc:
-                notes.append(f"bundle.json invalid: {exc}"[:300])
+                bundle.notes.append(f"bundle.json invalid: {exc}"[:300])
         return bundle
     except Exception as exc:  # last resort: a bundle with a note, never an exception
         return EvidenceBundle(notes=notes + [f"{p}: could not load case: {type(exc).__name__}: {exc}"[:300]])

@@ -29,6 +29,7 @@ from revive.models import (
     Domain,
     Event,
     EvidenceBundle,
+    PriorIncident,
     TriggerKind,
 )
 from revive.signatures.matcher import Matcher
@@ -38,6 +39,9 @@ _CONFIDENCE = {1: 0.9, 2: 0.85, 3: 0.85, 4: 0.6, 5: 0.5, 6: 0.5, 7: 0.5, 8: 0.3,
 MIN_CONFIDENCE = 0.5
 """Policy floor (issue #8): below it the engine never recommends ``drain_and_requeue``. Read by
 callers as a module constant until the policy file carries it."""
+_AVOID_NODE_SIGS = {"megatron.rerun_other_gpu", "megatron.rerun_same_gpu"}
+"""Verdicts of unsettled cause whose remedy is to run elsewhere: the node is named so the requeue
+avoids it (Megatron's rerun state machine must resume on a different GPU to decide)."""
 _SYSTEM_DRAIN = {"storage.hung_task"}
 """System-domain signatures whose remedy is draining the node (a task stuck in D state on a wedged
 mount): the one exception to "a drain only with domain hardware"."""
@@ -64,7 +68,10 @@ def _apply_hardware_typical(ctx: _Ctx) -> None:
 _NVLINK_XIDS = {74, 144, 145, 146, 147, 148, 149, 150}
 _GPU_FAULT_XIDS = {31, 43, 48}
 _GPU_FAULT_SIGS = {"cuda.oom", "cuda.cudnn_error", "cuda.dnn_init_failed"}
-_SYSTEM_HINTS = {"host.p2p_blocker"}
+_SYSTEM_HINTS = {"host.p2p_blocker", "host.iommu_fault"}
+_DMA_FAULT_HINTS = {"host.iommu_fault"}
+"""IOMMU faults are DMA the node blocked: beside a CUDA error of unknown cause (an illegal access by
+a peer-to-peer copy) they explain it too, not only hangs and NCCL errors."""
 _WATCHDOG_SIGS = {"nccl.watchdog_timeout", "nccl.watchdog_terminated", "nccl.heartbeat_timeout"}
 
 
@@ -79,6 +86,34 @@ _HCA = re.compile(r"\b(?:hca|dev|device|HCA) (?:mlx\d_\d+|\w+_\d+)(?::\d+)?|\bml
 _CKPT_LOAD = re.compile(r"[Ll]oading (?:checkpoint|model|the model|weights|state dict|state_dict|shards|"
                         r"distributed checkpoint)|Loading checkpoint shards|load_checkpoint|torch\.load\(|"
                         r"from_pretrained\(")
+
+
+_HOST_MEM = re.compile(r"CPU Virtual Memory:\s+used = [\d.]+ GB, percent = (?P<pct>[\d.]+)%")
+"""DeepSpeed's host-memory report (deepspeed/runtime/utils.py ``see_memory_usage``, 0.9-0.16:
+``CPU Virtual Memory:  used = <GB> GB, percent = <psutil.virtual_memory().percent>%``)."""
+HOST_MEM_PRESSURE_PCT = 85.0
+"""A host-memory reading at or above this, shortly before a SIGKILL, makes the kernel OOM killer the
+likely sender (Linux mm/oom_kill.c acts only at exhaustion; the reading precedes the kill while
+allocations are still growing, hence the margin). Revive's threshold, not a vendor figure."""
+
+
+def pct_text(pct: float) -> str:
+    return f"{pct:g}%"
+
+
+def _host_memory_pressure(lines: list[str]) -> float | None:
+    """The highest DeepSpeed host-memory reading (percent) in ``lines`` at or above the threshold."""
+    best: float | None = None
+    for x in lines:
+        m = _HOST_MEM.search(x[:MAX_TEXT])
+        if m:
+            try:
+                pct = float(m.group("pct"))
+            except ValueError:
+                continue
+            if pct >= HOST_MEM_PRESSURE_PCT and (best is None or pct > best):
+                best = pct
+    return best
 
 
 _CKPT_IO = re.compile(r"[Dd]ownload(?:ing|ed)? .*(?:checkpoint|shards?|weights)|[Ll]oading (?:distributed )?checkpoint|"
@@ -96,6 +131,28 @@ def _stalled_on_checkpoint_io(lines: list[str], end: int) -> bool:
         if _CKPT_IO.search(x[:MAX_TEXT]):
             return True
         if seen >= 3:
+            return False
+    return False
+
+
+_PREPROCESS = re.compile(r"Running tokenizer on dataset|Grouping texts in chunks|Tokeniz(?:ing|e) (?:the )?(?:train(?:ing)? )?"
+                         r"(?:dataset|data)\b|[Pp]reprocess(?:ing)? (?:the )?(?:train(?:ing)? )?(?:dataset|data)\b|"
+                         r"^(?:\S+: )?Map(?: \(num_proc=\d+\))?:\s+\d+%")
+"""Dataset preprocessing progress (Hugging Face ``datasets`` ``map`` bars and the transformers example
+scripts' ``desc=`` strings such as "Running tokenizer on dataset", "Grouping texts in chunks of N")."""
+
+
+def _preprocessing_before(lines: list[str], end: int) -> bool:
+    """One of the last 5 non-empty lines before ``end`` (0-based, exclusive) is dataset preprocessing."""
+    seen = 0
+    for j in range(end - 1, max(-1, end - 60), -1):
+        x = lines[j].strip()
+        if not x:
+            continue
+        seen += 1
+        if _PREPROCESS.search(x[:MAX_TEXT]):
+            return True
+        if seen >= 5:
             return False
     return False
 
@@ -159,6 +216,17 @@ def _apply_field_rules(ctx: _Ctx) -> None:
         if generic_nccl and all(_after(e, first_wd) for e in generic_nccl):
             for e in generic_nccl:
                 e.m = e.m.model_copy(update={"role": "cascade"})
+    # 3n. the first collectives timed out while a rank was still preprocessing its dataset: the
+    #     process-group timeout is shorter than the preprocessing - the job's configuration, it recurs
+    if wd:
+        lines_all = ctx.bundle.job_log.split("\n") if ctx.bundle.job_log else []
+        first = min(wd, key=lambda e: e.seq)
+        if first.source == ctx.bundle.job_log_source and first.line_no and _preprocessing_before(lines_all, first.line_no - 1):
+            for e in wd:
+                e.category, e.domain, e.action = Category.hang, Domain.application, Action.stop_no_retry
+                e.upgraded = ("the collective timed out while a rank was still preprocessing its dataset: the "
+                              "process-group timeout is shorter than the preprocessing (raise it, or preprocess "
+                              "before the process group starts)")
     # 3d. an IB completion error that names the local HCA (NCCL 2.19+ "hca mlx5_N"): the host's link
     for e in evs:
         if e.m.id in ("nccl.ib_completion_error", "nccl.ib_retry_exceeded") and e.node and _HCA.search(e.text):
@@ -169,10 +237,15 @@ def _apply_field_rules(ctx: _Ctx) -> None:
     for e in evs:
         if e.m.role == "root" and _is_sigkill(e) and e.source == ctx.bundle.job_log_source and e.line_no:
             window = lines[max(0, e.line_no - 40):e.line_no - 1]
+            pressure = _host_memory_pressure(window)
             if any(_CKPT_LOAD.search(x) for x in window):
                 e.category, e.domain, e.tier, e.action = Category.oom_host, Domain.application, 2, Action.stop_no_retry
                 e.upgraded = ("killed by SIGKILL while loading a checkpoint/model, no other error: the host's "
                               "OOM killer (every rank loading the full state into RAM)")
+            elif pressure is not None:
+                e.category, e.domain, e.tier, e.action = Category.oom_host, Domain.application, 2, Action.stop_no_retry
+                e.upgraded = (f"killed by SIGKILL with host memory at {pct_text(pressure)} just before: the host's "
+                              "OOM killer (host RAM exhausted, e.g. by ZeRO CPU offload)")
     # 3i. a hang whose last activity was loading/downloading a checkpoint: the storage stalled
     for e in evs:
         if e.m.role == "root" and e.category == Category.hang and e.source == ctx.bundle.job_log_source and e.line_no:
@@ -183,13 +256,67 @@ def _apply_field_rules(ctx: _Ctx) -> None:
     #     error of unknown cause: the node's configuration is at fault (system), requeue without it
     hints = [e for e in evs if e.m.id in _SYSTEM_HINTS]
     if hints:
+        explains = {Category.hang, Category.nccl_error}
+        if any(h.m.id in _DMA_FAULT_HINTS for h in hints):
+            explains.add(Category.cuda_error)
         for e in evs:
-            if (e.m.role == "root" and e.category in (Category.hang, Category.nccl_error)
+            if (e.m.role == "root" and e.category in explains
                     and e.domain == Domain.unknown):
                 e.domain, e.action = Domain.system, Action.requeue_exclude_nodes
                 e.node = e.node or hints[0].node
                 e.upgraded = f"the node reports {hints[0].text.strip()[:80]!r}: peer-to-peer traffic is blocked there"
     ctx.events = evs
+
+
+NODE_HISTORY_WINDOW = timedelta(days=30)
+"""How far back an earlier hardware incident on a node still counts as evidence (issue #8.4).
+Revive's own choice, not a vendor figure: NVIDIA's field guidance is that a GPU that faulted once
+(Xid 48/79/94/95/119) tends to fault again within days to weeks of the first event, before an RMA."""
+_HISTORY_HW_CATEGORIES = {Category.gpu_hardware, Category.gpu_memory_ecc, Category.nvlink}
+
+
+def _hardware_history(ctx: _Ctx, node: str, ref: datetime | None) -> PriorIncident | None:
+    """The most recent earlier hardware incident on ``node`` within ``NODE_HISTORY_WINDOW`` of
+    ``ref`` (an entry without a time counts; one after ``ref`` is not earlier and is ignored)."""
+    best: PriorIncident | None = None
+    for p in ctx.bundle.node_history.get(node, []):
+        if p.domain != Domain.hardware and p.category not in _HISTORY_HW_CATEGORIES:
+            continue
+        if p.at is not None and ref is not None:
+            at = p.at if p.at.tzinfo else p.at.replace(tzinfo=UTC)
+            if at > ref or ref - at > NODE_HISTORY_WINDOW:
+                continue
+        if best is None or (p.at is not None and (best.at is None or p.at > best.at)):
+            best = p
+    return best
+
+
+def _apply_node_history(ctx: _Ctx) -> None:
+    """3j. An ambiguous CUDA error (category ``cuda_error``, domain not settled) on a node that had an
+    earlier hardware incident is that node's hardware: domain hardware, the node named, drain."""
+    hist = ctx.bundle.node_history
+    if not hist:
+        return
+    layout = _rank_layout(ctx)
+    nodes = _nodes(ctx.bundle)
+    trig_at = ctx.bundle.trigger.at if ctx.bundle.trigger else None
+    for e in ctx.events:
+        if e.m.role != "root" or e.category != Category.cuda_error or e.domain == Domain.application:
+            continue
+        node = _ev_node(e, layout, nodes)
+        if not node:
+            continue
+        ref = e.ts if (e.ts is not None and e.ts_exact) else (trig_at or e.ts)
+        prior = _hardware_history(ctx, node, ref)
+        if prior is None:
+            continue
+        e.node, e.domain, e.action = node, Domain.hardware, Action.drain_and_requeue
+        e.tier = min(e.tier, 2)
+        when = prior.at.date().isoformat() if prior.at else "time unknown"
+        ident = f"{prior.incident_id}, " if prior.incident_id else ""
+        why = f": {prior.reason}" if prior.reason else ""
+        e.upgraded = (f"{node} had an earlier hardware incident ({ident}{prior.category.value}, {when}{why}): "
+                      "a CUDA error of unknown cause on that node is its GPU failing again")
 
 
 
@@ -310,6 +437,7 @@ def _verdict(bundle: EvidenceBundle, matcher: Matcher) -> Attribution:
 def _apply_rules(ctx: _Ctx) -> None:
     _apply_hardware_typical(ctx)
     _apply_field_rules(ctx)
+    _apply_node_history(ctx)
 
 
 def _decide(ctx: _Ctx) -> Attribution:
@@ -442,6 +570,11 @@ def _decide(ctx: _Ctx) -> Attribution:
         cat, dom, act = Category.hang, Domain.application, Action.stop_no_retry
         teardown = (" Training had already reached its last iteration before the time limit: the processes "
                     "hung on exit (teardown), not a wall-time problem.")
+    elif cat == Category.timeout and (stalled := _silent_hang(ctx)):
+        # the time limit only ended a run that had already stopped progressing: a silent hang
+        cat, dom, act = Category.hang, Domain.application, Action.restart_in_place
+        teardown = (f" Before the time limit the run had hung: {stalled}. The time limit ended a hang; restart "
+                    "in place, and if it recurs at the same point it is the application's (collect py-spy stacks).")
 
     # same-tier hardware conflict: different nodes with different hardware faults → keep all nodes
     culprit_nodes: list[str] = []
@@ -474,7 +607,7 @@ def _decide(ctx: _Ctx) -> Attribution:
             if culprit_nodes:
                 extra += f" Slurm reports {', '.join(culprit_nodes)} down/drained: the fault is placed there."
     elif (dom == Domain.system and act in (Action.requeue_exclude_nodes, Action.drain_and_requeue)) or (
-            cat in (Category.nvlink, Category.gpu_hardware, Category.gpu_memory_ecc)):
+            cat in (Category.nvlink, Category.gpu_hardware, Category.gpu_memory_ecc)) or sig.id in _AVOID_NODE_SIGS:
         # node-local system faults (memlock limit, /dev/shm, fabric manager, ACS/IOMMU, a wedged
         # mount) and NVLink/GPU faults of unproven severity: the node is where it happened
         for e in roots:

@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 
 from pydantic import BaseModel, Field
 
+from revive.decide.settings import GuardSettings
 from revive.policy import BreakerPolicy
 
 
@@ -65,6 +66,8 @@ class GuardState(BaseModel):
     tripped: list[str] = Field(default_factory=list)
     """Last trip reasons (``<at> <incident> <reason>``), newest last, capped."""
     requests: int = 0
+    settings: GuardSettings | None = None
+    """Mode and policy set by operators (``revive.decide.settings``); None before the first change."""
 
 
 class GuardInput(BaseModel):
@@ -77,6 +80,9 @@ class GuardInput(BaseModel):
     continue_as_new_after: int | None = None
     """Continue as new after this many requests in one run (tests); the server's suggestion
     (``is_continue_as_new_suggested``) applies in any case."""
+    continue_as_new_after_events: int = Field(default=2000, ge=10)
+    """Continue as new once this run's history has this many events (the guard tracks
+    ``workflow.info().get_current_history_length()``), far below Temporal's 51,200 / 10,240 warning."""
 
 
 def _window_drains(state: GuardState, now: datetime, window: timedelta) -> list[DrainRecord]:

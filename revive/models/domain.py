@@ -150,6 +150,14 @@ class JobRecord(BaseModel):
     num_tasks: int | None = None
     tres_per_node: str | None = None
     hold: bool = False
+    array_job_id: str | None = None
+    """``ArrayJobId`` of an array task (then ``job_id`` is ``<ArrayJobId>_<ArrayTaskId>``)."""
+    array_task_id: str | None = None
+    """``ArrayTaskId``: one task (``4``) or, on the record of the tasks still pending as one,
+    their set (``[5-9%2]``)."""
+    dependency: str | None = None
+    """``Dependency`` as slurmctld prints it, e.g. ``afterok:123_*(unfulfilled)``
+    (``revive.scheduler.arrays.parse_dependency``)."""
     """True when the job is held (Priority=0 / Reason=job_requeued_in_held_state / JobHeld*)."""
 
 
@@ -180,6 +188,24 @@ class GpuSample(BaseModel):
     metrics: dict[str, float | str] = Field(default_factory=dict)
 
 
+class PriorIncident(BaseModel):
+    """One earlier incident on a node, handed to the engine as evidence (issue #8.4).
+
+    Shape: ``EvidenceBundle.node_history = {"gpu-node-007": [PriorIncident, ...]}``. Sources:
+    Revive's own closed incidents on the node, or a Slurm drain reason (``revive:<id> gpu_hardware``
+    or an operator's). The engine only reads it; whoever gathers the bundle fetches it.
+    ``at`` is a timezone-aware UTC instant (``None`` = time unknown: counted as recent).
+    """
+
+    category: Category
+    domain: Domain = Domain.unknown
+    at: datetime | None = None
+    incident_id: str | None = None
+    """Revive's incident id, or the job id of the earlier failure."""
+    reason: str = ""
+    """One line: the earlier verdict or the drain reason (``Xid 48 DBE``, ``revive:inc-12 gpu_memory_ecc``)."""
+
+
 class EvidenceBundle(BaseModel):
     """Everything the attribution engine reads. Pure data; no I/O happens on it.
 
@@ -202,6 +228,8 @@ class EvidenceBundle(BaseModel):
     """Nodes in the job's partition (the drain breaker's denominator)."""
     ip_to_node: dict[str, str] = Field(default_factory=dict)
     """Optional cluster-config map of IP addresses to node names (IB peer errors)."""
+    node_history: dict[str, list[PriorIncident]] = Field(default_factory=dict)
+    """Earlier incidents per node name (``PriorIncident``); empty = no history known."""
     log_window_path: str | None = None
     log_window_sha256: str | None = None
     notes: list[str] = Field(default_factory=list)
@@ -314,6 +342,13 @@ class ActionKind(StrEnum):
     requeue = "requeue"
     resubmit = "resubmit"
     wait_for_checkpoint = "wait_for_checkpoint"
+    signal = "signal"
+    """A save signal sent to the running job (``scancel --signal``) before its requeue."""
+    dependents = "dependents"
+    """The job's dependents were made to wait for it again after its requeue."""
+    report = "report"
+    """Nothing changed on the cluster: a finding recorded for a person (suspect checkpoint,
+    dependents that will never start)."""
 
 
 class ActionResult(BaseModel):
@@ -411,6 +446,7 @@ __all__ = [
     "JobRecord",
     "NodeRecord",
     "GpuSample",
+    "PriorIncident",
     "EvidenceBundle",
     "GpuRef",
     "Attribution",

@@ -26,6 +26,7 @@ from revive.models.domain import (
     VerifyResult,
 )
 from revive.policy import RecoveryPolicy
+from revive.signals import SignalScope
 
 # ---- workflow and activity payloads (one input model per workflow/activity) -------------------
 
@@ -86,6 +87,9 @@ class RunbookInput(BaseModel):
     checkpoint_iteration: int | None = None
     policy: RecoveryPolicy = Field(default_factory=RecoveryPolicy)
     last_progress: dict[str, str] = Field(default_factory=dict)
+    root_signature: str | None = None
+    """The attribution's root signature (same-root-cause check of ``checkpoint_loop``); None: the
+    category stands for the root cause."""
 
 
 class RunbookResult(BaseModel):
@@ -96,6 +100,13 @@ class RunbookResult(BaseModel):
     reason: str = ""
     first_action_at: datetime | None = None
     diagnostics: dict[str, str] = Field(default_factory=dict)
+    saved_checkpoint: int | None = None
+    """The checkpoint the job saved on Revive's save signal just before the requeue (None: none)."""
+    suspect_checkpoint: int | None = None
+    """Set when the runbook refused to requeue onto a checkpoint the job keeps failing from."""
+    dependents: list[str] = Field(default_factory=list)
+    """Jobs waiting on this one (``afterok`` …) that will never start because it stopped for good
+    (Slurm shows them pending with ``DependencyNeverSatisfied``)."""
 
 
 class CheckIdentityInput(BaseModel):
@@ -132,6 +143,101 @@ class WaitCheckpointInput(BaseModel):
     """Wait for ``saved checkpoint at iteration N`` with N above this (None: any)."""
     timeout_s: float = 600.0
     poll_s: float = 1.0
+
+
+class SavePlanInput(BaseModel):
+    """Input of ``plan_save``: may the running job save on a signal before its requeue?"""
+
+    incident_id: str
+    job: JobIdentity
+    log_path: str | None = None
+    signal: str | None = None
+    """The policy's signal (``save_before_requeue.signal``); None: the job's profile decides."""
+    scope: SignalScope | None = None
+
+
+class SavePlan(BaseModel):
+    """Result of ``plan_save``. ``signal`` None: no save signal (``reason`` says why)."""
+
+    signal: str | None = None
+    scope: SignalScope = SignalScope.steps
+    profile: str | None = None
+    requeues_itself: bool = False
+    log_offset: int | None = None
+    """Log size when planned: only lines written after it prove the save."""
+    checkpoint_dir: str | None = None
+    """Where new checkpoint files prove the save (the job's ``--comment`` ``checkpoint_dir``)."""
+    restart_count: int = 0
+    reason: str = ""
+
+
+class SignalJobInput(BaseModel):
+    incident_id: str
+    job: JobIdentity
+    signal: str
+    scope: SignalScope = SignalScope.steps
+
+
+class WaitSaveInput(BaseModel):
+    incident_id: str
+    job: JobIdentity
+    log_path: str | None
+    plan: SavePlan
+    after_iteration: int | None = None
+    """Only a save above this iteration counts (the checkpoint known at detection)."""
+    timeout_s: float = 120.0
+    poll_s: float = 1.0
+
+
+class SaveOutcome(BaseModel):
+    """Result of ``wait_for_save``: which checkpoint the signal produced, if any."""
+
+    saved: bool
+    iteration: int | None = None
+    path: str | None = None
+    proof: str = ""
+    """``log_line`` (the profile's saved line), ``new_file`` (a checkpoint file appeared), or ''."""
+    requeued_by_job: bool = False
+    """The job requeued itself (its restart count rose, or the profile's requeue line appeared)."""
+    detail: str = ""
+
+
+class LoopCheckInput(BaseModel):
+    """Input of ``checkpoint_loop``: is the job about to resume from the checkpoint it keeps failing on?"""
+
+    incident_id: str
+    cluster: str
+    job: JobIdentity
+    log_path: str | None
+    category: Category
+    root_signature: str | None = None
+    checkpoint_iteration: int | None = None
+    within_iterations: int = 20
+
+
+class LoopVerdict(BaseModel):
+    """Result of ``checkpoint_loop``. ``suspect`` None: no loop (``detail`` says what was seen)."""
+
+    suspect: int | None = None
+    previous: int | None = None
+    """The checkpoint before the suspect one, when the profile's layout names it (a proposal)."""
+    proposal: str = ""
+    """The documented, reversible step a person may run to resume from ``previous``."""
+    profile: str | None = None
+    detail: str = ""
+
+
+class DependentsInput(BaseModel):
+    job_id: str
+
+
+class DependentJob(BaseModel):
+    job_id: str
+    name: str | None = None
+    user: str | None = None
+    state: str
+    reason: str | None = None
+    dependency: str
 
 
 class VerifyInput(BaseModel):
@@ -178,6 +284,12 @@ class AuditRecord(BaseModel):
     """The job record gathered as evidence (nodes, ``tres_per_node``: GPUs for the goodput ledger)."""
     last_progress: dict[str, str] = Field(default_factory=dict)
     """Last progress line per rank before the fault (iteration reached, step time)."""
+    # ---- issue 12: where the gate's mode came from; optional, older records stay valid ----
+    mode_source: str | None = None
+    """``guard:partition`` / ``guard:global`` (set with ``revive mode set``), ``input`` (the guard had
+    none: the incident input policy's mode), ``policy_file`` (before the guard held the mode)."""
+    policy_version: int | None = None
+    """The guard's policy version at the gate (0: none applied there)."""
 
 
 # ---- notifications (revive.notify, activities.notify) -----------------------------------------
@@ -282,6 +394,15 @@ __all__ = [
     "DiagnoseInput",
     "WaitCheckpointInput",
     "VerifyInput",
+    "SavePlanInput",
+    "SavePlan",
+    "SignalJobInput",
+    "WaitSaveInput",
+    "SaveOutcome",
+    "LoopCheckInput",
+    "LoopVerdict",
+    "DependentsInput",
+    "DependentJob",
     "ModeInput",
     "AuditRecord",
     "NotifyEvent",

@@ -33,6 +33,7 @@ from pydantic import (
 )
 
 from revive.errors import ConfigError
+from revive.signals import SignalScope, normalize_signal
 
 Kind = Literal[
     "run_start",
@@ -158,6 +159,18 @@ class SaveSignal(BaseModel):
     """scancel form → whether it reaches the handler (and why)."""
     sbatch: str = ""
     resume: str = ""
+    scope: SignalScope = SignalScope.steps
+    """The ``scancel`` form Revive uses to reach the handler (``revive.signals``; the ``scancel``
+    notes above say why)."""
+    requeues_itself: bool = False
+    """The handler requeues the job itself after saving (Lightning runs ``scontrol requeue``):
+    Revive then never requeues a second time (it checks the restart count)."""
+
+    @field_validator("signal")
+    @classmethod
+    def _known_signal(cls, v: str) -> str:
+        normalize_signal(v)  # ValueError: not a save signal
+        return v
 
 
 class CheckpointLayout(BaseModel):

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Protocol, runtime_checkable
 
 from revive.models import JobRecord, NodeRecord
+from revive.signals import SignalScope
 
 
 @runtime_checkable
@@ -68,6 +69,13 @@ class Scheduler(Protocol):
 
     async def cancel(self, job_id: str, signal: str | None = None) -> list[str]:
         """``scancel [--signal=S] <id>``."""
+        ...
+
+    async def signal_job(self, job_id: str, signal: str, scope: SignalScope = SignalScope.steps) -> list[str]:
+        """Send a save signal to a running job without ending it: ``scancel [--batch|--full]
+        --signal=<S> <id>`` (``revive.signals.scancel_argv``; ``scope`` says which processes it
+        reaches). ``job_id`` may be an array task ``123_4`` (only that task is signalled).
+        Raises ``ValueError`` for a signal outside ``revive.signals.SAVE_SIGNALS``."""
         ...
 
     async def submit(self, script: str, options: list[str]) -> str:

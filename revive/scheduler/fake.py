@@ -13,16 +13,18 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
 from revive.errors import JobNotFound, SchedulerCommandError, SchedulerUnavailable
 from revive.models import TERMINAL, JobRecord, NodeRecord
+from revive.signals import SignalScope, scancel_argv
 
 __all__ = ["FakeScheduler", "RecordingScheduler", "MUTATING_METHODS"]
 
 MUTATING_METHODS = (
-    "drain_nodes", "resume_nodes", "requeue", "update_job", "release", "cancel", "submit",
+    "drain_nodes", "resume_nodes", "requeue", "update_job", "release", "cancel", "submit", "signal_job",
 )
 _FINISHED = TERMINAL
 
@@ -43,6 +45,9 @@ class FakeScheduler:
         self.scripts: dict[str, str] = {}
         self.node_outputs: dict[tuple[str, str], tuple[int, str]] = {}
         """``(node, argv[0]) → (rc, output)`` canned answers for ``run_on_node``."""
+        self.on_signal: dict[str, Callable[[str, str], None]] = {}
+        """``job id → hook(signal, scope)`` run by ``signal_job``: a test's stand-in for the job's
+        own signal handler (write the checkpoint line, requeue itself …)."""
         self.available = True
         """Set False to make every call raise ``SchedulerUnavailable`` (slurmctld down)."""
         self._next_id = max([int(j) for j in self.jobs if j.isdigit()] + [0]) + 1
@@ -146,6 +151,9 @@ class FakeScheduler:
                 changes["comment"] = v
             elif k == "TimeLimit":
                 changes["time_limit"] = v
+            elif k == "Dependency":  # slurmctld re-evaluates it: the terms wait again
+                changes["dependency"] = ",".join(f"{t}(unfulfilled)" for t in v.split(",") if t)
+                changes["reason"] = "Dependency"
         self._set_job(job, **changes)
         return ["scontrol", "update", f"JobId={job_id}", *(f"{k}={v}" for k, v in fields.items())]
 
@@ -162,6 +170,18 @@ class FakeScheduler:
         if signal is None and job.state not in _FINISHED:
             self._set_job(job, state="CANCELLED", hold=False)
         return ["scancel", *([f"--signal={signal}"] if signal else []), str(job_id)]
+
+    async def signal_job(self, job_id: str, signal: str, scope: SignalScope = SignalScope.steps) -> list[str]:
+        self.calls.append(("signal_job", {"job_id": str(job_id), "signal": signal, "scope": str(scope)}))
+        argv = scancel_argv(str(job_id), signal, scope)
+        job = self._job(job_id)
+        if job.state not in ("RUNNING", "SUSPENDED", "COMPLETING"):
+            raise SchedulerCommandError(argv, 1, f"scancel: error: Kill job error on job id {job_id}: "
+                                                 "Job/step already completing or completed")
+        hook = self.on_signal.get(str(job_id))
+        if hook is not None:
+            hook(signal, str(scope))
+        return argv
 
     async def submit(self, script: str, options: list[str]) -> str:
         self.calls.append(("submit", {"script": script, "options": list(options)}))
@@ -256,6 +276,10 @@ class RecordingScheduler:
     async def cancel(self, job_id: str, signal: str | None = None) -> list[str]:
         self._record("cancel", {"job_id": str(job_id), "signal": signal})
         return await self.inner.cancel(job_id, signal)
+
+    async def signal_job(self, job_id: str, signal: str, scope: SignalScope = SignalScope.steps) -> list[str]:
+        self._record("signal_job", {"job_id": str(job_id), "signal": signal, "scope": str(scope)})
+        return await self.inner.signal_job(job_id, signal, scope)
 
     async def submit(self, script: str, options: list[str]) -> str:
         self._record("submit", {"script": script, "options": list(options)})

@@ -30,6 +30,7 @@ from revive.errors import JobNotFound, SchedulerCommandError, SchedulerUnavailab
 from revive.models import JobRecord, NodeRecord
 from revive.scheduler.hostlist import compress_hostlist, expand_hostlist
 from revive.scheduler.runners import CommandRunner, LocalRunner, SSHRunner
+from revive.signals import SignalScope, scancel_argv
 
 __all__ = ["SlurmCLI", "parse_kv_line", "parse_job_line", "parse_node_line", "parse_slurm_time"]
 
@@ -144,8 +145,16 @@ def parse_job_line(line: str) -> JobRecord:
         reason and (reason.startswith("JobHeld") or reason == "job_requeued_in_held_state")
     )
     requeue = kv.get("Requeue")
+    array_job, array_task = _none(kv.get("ArrayJobId")), _none(kv.get("ArrayTaskId"))
+    job_id = kv["JobId"]
+    if array_job and array_task and _JOB_ID.match(array_job):
+        # an array task is addressed as <ArrayJobId>_<ArrayTaskId> (its own JobId may equal the
+        # ArrayJobId, and `scontrol requeue <ArrayJobId>` acts on every task)
+        job_id = f"{array_job}_{array_task if array_task.isdigit() else '[' + array_task + ']'}"
+    else:
+        array_job = array_task = None
     return JobRecord(
-        job_id=kv["JobId"],
+        job_id=job_id,
         name=_none(kv.get("JobName")),
         user=_user(kv.get("UserId")),
         state=state,
@@ -170,6 +179,9 @@ def parse_job_line(line: str) -> JobRecord:
         num_tasks=_int(kv.get("NumTasks")),
         tres_per_node=_none(kv.get("TresPerNode")),
         hold=hold,
+        array_job_id=array_job,
+        array_task_id=array_task,
+        dependency=_none(kv.get("Dependency")),
     )
 
 
@@ -264,7 +276,9 @@ class SlurmCLI:
         for line in out.splitlines():
             if line.startswith("JobId="):
                 rec = parse_job_line(line)
-                if rec.job_id == job_id:
+                # an array task's record answers to its own numeric JobId too; it keeps the
+                # <ArrayJobId>_<ArrayTaskId> id, so an identity check on the plain id refuses to act
+                if rec.job_id == job_id or (rec.array_job_id and line.startswith(f"JobId={job_id} ")):
                     return rec
         raise JobNotFound(f"job {job_id} not found on cluster {self.cluster!r}")
 
@@ -332,6 +346,11 @@ class SlurmCLI:
 
     async def cancel(self, job_id: str, signal: str | None = None) -> list[str]:
         argv = ["scancel", *([f"--signal={signal}"] if signal else []), str(job_id)]
+        await self._run(argv, job_id=str(job_id))
+        return argv
+
+    async def signal_job(self, job_id: str, signal: str, scope: SignalScope = SignalScope.steps) -> list[str]:
+        argv = scancel_argv(str(job_id), signal, scope)
         await self._run(argv, job_id=str(job_id))
         return argv
 

@@ -16,6 +16,7 @@ from revive.errors import JobNotFound, SchedulerCommandError, SchedulerUnavailab
 from revive.models import JobRecord, NodeRecord
 from revive.scheduler.hostlist import expand_hostlist
 from revive.scheduler.slurm_cli import SlurmCLI
+from revive.signals import SignalScope
 
 __all__ = ["SlurmREST"]
 
@@ -65,8 +66,14 @@ def job_from_rest(j: dict) -> JobRecord:
         reason and (reason.startswith("JobHeld") or reason == "job_requeued_in_held_state")
     )
     tl = j.get("time_limit")
+    job_id = str(j["job_id"])
+    array_job, array_task = j.get("array_job_id"), j.get("array_task_id")
+    if array_job and array_task is not None and str(array_task).isdigit():
+        job_id = f"{array_job}_{array_task}"  # the <ArrayJobId>_<ArrayTaskId> address (revive.scheduler.arrays)
+    else:
+        array_job = array_task = None
     return JobRecord(
-        job_id=str(j["job_id"]),
+        job_id=job_id,
         name=_str(j.get("name")),
         user=_str(j.get("user_name")),
         state=state,
@@ -90,6 +97,9 @@ def job_from_rest(j: dict) -> JobRecord:
         num_tasks=j.get("tasks"),
         tres_per_node=_str(j.get("tres_per_node")),
         hold=hold,
+        array_job_id=None if array_job is None else str(array_job),
+        array_task_id=None if array_task is None else str(array_task),
+        dependency=_str(j.get("dependency")),
     )
 
 
@@ -157,6 +167,8 @@ class SlurmREST:
         return [job_from_rest(j) for j in body.get("jobs") or []]
 
     async def get_job(self, job_id: str) -> JobRecord:
+        if "_" in str(job_id):  # an array task: scontrol takes the <ArrayJobId>_<ArrayTaskId> form
+            return await self.cli.get_job(job_id)
         body = await self._get(f"job/{job_id}")
         for j in body.get("jobs") or []:
             if str(j.get("job_id")) == str(job_id):
@@ -186,6 +198,9 @@ class SlurmREST:
 
     async def cancel(self, job_id: str, signal: str | None = None) -> list[str]:
         return await self.cli.cancel(job_id, signal)
+
+    async def signal_job(self, job_id: str, signal: str, scope: SignalScope = SignalScope.steps) -> list[str]:
+        return await self.cli.signal_job(job_id, signal, scope)
 
     async def submit(self, script: str, options: list[str]) -> str:
         return await self.cli.submit(script, options)

@@ -36,3 +36,10 @@ def test_bench_detect_small_prints_its_bench_line():
     f = _bench("bench_detect.py", "--lines", "20000")
     for k in ("lines_per_s", "mb_per_s", "grep_mb_per_s", "ratio"):
         _num(f[k])
+
+
+def test_bench_checkpoint_quick_prints_its_bench_line():
+    f = _bench("bench_checkpoint.py", "--quick")
+    for k in ("loop_ms", "log_mib", "save_latency_p50_ms", "save_latency_max_ms"):
+        _num(f[k])
+    assert f["saves"] == "3"

@@ -66,3 +66,17 @@ def test_yaml_durations(tmp_path) -> None:  # type: ignore[no-untyped-def]
 def test_roundtrip_through_json() -> None:
     p = RecoveryPolicy(partition_modes={"canary": Mode.auto})
     assert RecoveryPolicy.model_validate_json(p.model_dump_json()) == p
+
+
+def test_save_signal_policy_takes_names_and_refuses_kill() -> None:
+    p = parse_policy({"save_before_requeue": {"signal": "SIGUSR1", "scope": "full", "timeout": "PT1M"}})
+    assert (p.save_before_requeue.signal, p.save_before_requeue.scope.value) == ("USR1", "full")
+    assert p.save_before_requeue.timeout == timedelta(minutes=1) and not p.save_before_requeue.on_hang
+    for bad, field in (({"signal": "KILL"}, "save_before_requeue.signal"), ({"signal": "9"}, "save_before_requeue.signal"),
+                       ({"scope": "all"}, "save_before_requeue.scope"), ({"timeout": 0}, "save_before_requeue")):
+        with pytest.raises(ConfigError) as ei:
+            parse_policy({"save_before_requeue": bad})
+        assert field in str(ei.value)
+    with pytest.raises(ConfigError) as ei:
+        parse_policy({"bad_checkpoint": {"within_iterations": -1}})
+    assert "bad_checkpoint.within_iterations" in str(ei.value)

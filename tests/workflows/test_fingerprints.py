@@ -179,3 +179,18 @@ def test_a_changed_sequence_fails_with_a_message_naming_the_patch_rule() -> None
     assert "workflow.patched(<NAMED_CONSTANT>)" in msg
     assert "new.json: no committed fingerprint" in msg and "gone.json: fingerprinted but" in msg
     assert compare(current, current) == ""
+
+
+def test_v6_recordings_cover_each_workflow_type_changed_for_issue_12() -> None:
+    """Incident (job record + guard mode patches), guard (set_mode/apply_policy) and the new job
+    record each have a v6 history, so their changed handlers are replayed."""
+    v6 = {p.name: fingerprint(p) for p in HISTORIES if "-v6." in p.name}  # not v6ckpt (another branch)
+    types = {fp.split(":", 1)[0] for fp in v6.values()}
+    assert {"IncidentWorkflow", "ClusterGuardWorkflow", "JobRecordWorkflow"} <= types, types
+    incidents = [fp for fp in v6.values() if fp.startswith("IncidentWorkflow:")]
+    assert all("P:job-record-budgets" in fp and "A:admit_incident" in fp and "A:report_job_outcome" in fp
+               and "A:incident_history" not in fp and "A:read_mode" not in fp for fp in incidents)
+    gated = [fp for fp in incidents if "U:ReviveMode" in fp]  # a stop at first sight never reaches the gate
+    assert gated and all("P:mode-from-guard U:TemporalChangeVersion A:read_guard_mode" in fp for fp in gated)
+    assert any("u:set_mode u:apply_policy" in fp for fp in v6.values())
+    assert any(fp.startswith("JobRecordWorkflow:") and fp.endswith(" can") for fp in v6.values())

@@ -110,3 +110,14 @@ def test_errors_are_config_errors_not_validation_errors():
 
     with pytest.raises(ReviveError):
         parse_profiles({"profiles": [prof(patterns={"iteration": "(?=x)"})]}, "s", trusted=True)
+
+
+def test_save_signal_of_a_profile_is_a_save_signal():
+    ok = parse_profiles([prof(save_signal={"signal": "SIGUSR1", "scope": "batch", "requeues_itself": True})],
+                        "job 1 --comment", trusted=False)
+    ss = ok.get("custom").save_signal
+    assert (ss.signal, ss.scope.value, ss.requeues_itself) == ("SIGUSR1", "batch", True)
+    assert "not a save signal" in refused([prof(save_signal={"signal": "SIGKILL"})])
+    assert "scope" in refused([prof(save_signal={"signal": "USR1", "scope": "everything"})])
+    lightning = load_builtin_profiles().get("lightning").save_signal
+    assert (lightning.signal, lightning.scope.value, lightning.requeues_itself) == ("SIGUSR1", "steps", True)
