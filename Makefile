@@ -8,8 +8,10 @@ INTERACTIVE ?= 0
 KEEP ?= 0
 ACCESS ?= local
 PYTEST_ARGS ?=
+CHAOS_RUNS ?= 5
+CHAOS_POINTS ?=
 
-.PHONY: help venv demo test bench down up lint clean purge
+.PHONY: help venv demo test bench chaos down up lint clean purge
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | sort
@@ -39,6 +41,9 @@ bench: venv ## run every benchmark (all of them, even after a failure) and print
 	@failed=""; for b in benchmarks/bench_*.py benchmarks/accuracy_cases.py; do \
 	  echo "== $$b"; $(PY) $$b $(BENCH_ARGS) || failed="$$failed $$b"; done; \
 	  if [ -n "$$failed" ]; then echo "bench: failed:$$failed" >&2; exit 1; fi
+
+chaos: venv ## fault injection on the real testbed: every fault point CHAOS_RUNS times (CHAOS_POINTS=a,b for a subset); prints BENCH reliability
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) benchmarks/chaos.py --runs $(CHAOS_RUNS) $(if $(CHAOS_POINTS),--points $(CHAOS_POINTS))
 
 lint: venv ## static checks: ruff (E,W,F,I,B,UP) and mypy over every package
 	$(VENV)/bin/ruff check revive workflows activities worker runbooks cli tests benchmarks examples

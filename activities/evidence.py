@@ -19,6 +19,7 @@ import httpx
 from temporalio import activity
 
 from activities.blocking import run_blocking
+from revive import chaos
 from revive.config import GpuSignals
 from revive.errors import JobNotFound, ReviveError, SchedulerError
 from revive.logline import cap_line
@@ -92,6 +93,7 @@ class EvidenceActivities:
     @activity.defn(name="gather_evidence")
     async def gather_evidence(self, inp: GatherEvidenceInput) -> EvidenceBundle:
         """Collect the bundle for ``inp.job_id``. Never raises for unreadable sources."""
+        chaos.point(chaos.Point.gather)  # test-only kill point: inert unless REVIVE_CHAOS_HOOK names it
         if inp.settle_s > 0:
             await asyncio.sleep(inp.settle_s)  # let a dying job finish writing its last lines
         b = EvidenceBundle(trigger=inp.trigger, ip_to_node=self.ip_to_node,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from temporalio import activity
 
+from revive import chaos
 from revive.models import NotifyInput, NotifyResult
 from revive.notify import send
 
@@ -17,6 +18,8 @@ from revive.notify import send
 @activity.defn(name="notify")
 async def notify(inp: NotifyInput) -> NotifyResult:
     """Send ``inp.event`` to ``inp.webhooks``; never raises (per-URL status in the result)."""
+    if inp.event.kind == "approval_needed":
+        chaos.point(chaos.Point.await_approval)  # test-only kill point: inert unless REVIVE_CHAOS_HOOK names it
     res = await send(inp.webhooks, inp.event, inp.timeout_s, inp.retries, inp.backoff_s)
     for d in res.deliveries:
         if not d.ok:

@@ -32,6 +32,7 @@ from activities.jobspec import (
     spec_dir,
     with_args,
 )
+from revive import chaos
 from revive import metrics as rm
 from revive.errors import JobNotFound, SchedulerCommandError, SchedulerError
 from revive.models import (
@@ -145,6 +146,7 @@ class RemediationActivities:
         drain reason: a node someone else drained stays as it is). A purged job with a saved
         spec still has its node drained (it will be resubmitted)."""
         await self._live(inp.job, inp.incident_id, allow_purged=True)
+        await chaos.apoint(chaos.Point.before_drain)  # test-only fault points: inert unless REVIVE_CHAOS_HOOK
         current = {n.name: n for n in await self.scheduler.get_nodes(inp.nodes)}
         todo = [n for n in inp.nodes if not (n in current and current[n].drained)]
         skipped = [f"{n} ({current[n].reason})" for n in inp.nodes if n not in todo]
@@ -156,6 +158,7 @@ class RemediationActivities:
         except SchedulerCommandError as e:
             raise ApplicationError(str(e), type="SchedulerCommandError", non_retryable=True) from None
         rm.action_issued("drain", len(todo))
+        await chaos.apoint(chaos.Point.after_drain)
         return ActionResult(action="drain", ok=True, at=_now(), commands=[argv],
                             detail=f"drained {', '.join(todo)} reason={inp.reason!r}"
                             + (f"; already drained: {', '.join(skipped)}" if skipped else ""))
@@ -176,6 +179,7 @@ class RemediationActivities:
         - requeue impossible (``--no-requeue`` job, or purged from slurmctld) → ``_resubmit``
           from the spec saved at detection; ``new_job_id`` is set.
         """
+        await chaos.apoint(chaos.Point.before_requeue)  # test-only fault points: inert unless REVIVE_CHAOS_HOOK
         try:
             live = await self._live(inp.job)
         except ApplicationError as e:
@@ -223,6 +227,7 @@ class RemediationActivities:
                 return await self._resubmit(inp, live, f"requeue refused: {e.output.strip()[:200]}")
             raise ApplicationError(str(e), type="SchedulerCommandError", non_retryable=True) from None
         rm.action_issued("requeue")
+        await chaos.apoint(chaos.Point.after_requeue)
         return ActionResult(action="requeue", ok=True, at=_now(), commands=cmds, detail=detail)
 
     async def _resubmit(self, inp: RequeueInput, live: JobRecord | None, why: str) -> ActionResult:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from temporalio import activity
 
+from revive import chaos
 from revive.errors import ReviveError, SchedulerError
 from revive.logline import decode_line
 from revive.models import VerifyInput, VerifyResult, WaitCheckpointInput
@@ -56,6 +57,7 @@ class VerificationActivities:
     @activity.defn(name="verify_progress")
     async def verify_progress(self, inp: VerifyInput) -> VerifyResult:
         """Returns ``recovered=True`` with the resume point, or ``recovered=False`` with why."""
+        await chaos.apoint(chaos.Point.verify)  # test-only fault point: inert unless REVIVE_CHAOS_HOOK names it
         deadline = time.monotonic() + inp.timeout_s
         state: str | None = None
         nodes: list[str] = []

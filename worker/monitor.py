@@ -67,6 +67,7 @@ from temporalio.common import (
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from activities.guard import guard_settings
+from revive import chaos
 from revive import metrics as rm
 from revive import search_attributes as sa
 from revive.config import ClusterConfig
@@ -471,6 +472,8 @@ class Monitor:
                     kind=TriggerKind.job_state, at=datetime.now(UTC), state_from="RUNNING", state_to=base,
                     reason=j.reason, text=f"job {j.job_id} RUNNING → {base} (exit {j.exit_code}, reason {j.reason})"),
                     FAMILY_BY_END.get(base, "crash"))
+        if j.restart_count > w.last_restart:
+            chaos.point(chaos.Point.monitor_new_attempt)  # test-only kill point: inert unless REVIVE_CHAOS_HOOK
         if j.restart_count > w.last_restart and w.last_restart not in w.opened:
             # Slurm requeued the job itself (node failure, preemption): Revive did not, since the
             # attempt has no incident. Seen whatever state the poll caught (COMPLETING, PENDING …).
@@ -527,6 +530,7 @@ class Monitor:
             )
             w.opened[attempt] = iid
             self.started.append(handle.id)
+            chaos.point(chaos.Point.monitor_opened)  # test-only kill point: inert unless REVIVE_CHAOS_HOOK
             rm.incident_opened(family)
             log.info("incident %s opened (%s: %s)", iid, trig.kind.value, (trig.text or "")[:200])
         except WorkflowAlreadyStartedError:
