@@ -181,7 +181,11 @@ async def _decide(config: str, incident: str, decision: str, approver: str, note
                   timeout_s: float = 30.0) -> str:
     """Send the ``decide`` Update, after checking that the incident is open and that a worker
     polls its task queue (else nothing is sent and the message says so within seconds)."""
-    from temporalio.client import WorkflowExecutionStatus, WorkflowUpdateFailedError
+    from temporalio.client import (
+        WorkflowExecutionStatus,
+        WorkflowUpdateFailedError,
+        WorkflowUpdateRPCTimeoutOrCancelledError,
+    )
     from temporalio.service import RPCError, RPCStatusCode
 
     from cli.ops import live_pollers
@@ -214,9 +218,12 @@ async def _decide(config: str, incident: str, decision: str, approver: str, note
                 # stale after this call gives up: a worker that returns later refuses it (no ghost approval)
                 valid_until=datetime.now(UTC) + timedelta(seconds=timeout_s)), result_type=str),
             timeout=timeout_s)
-    except TimeoutError:
+    except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):
+        # the worker seen polling is gone (a dead poller stays listed for up to ~90 s): the
+        # decision carries valid_until, so a worker that comes back later refuses it as stale
         raise Fail(f"{decision}: no answer from a worker within {timeout_s:.0f}s (task queue {desc.task_queue!r}); "
-                   f"check the worker, then: revive show {incident}", 4) from None
+                   f"nothing was decided (the {decision} expires now and a returning worker refuses it): "
+                   f"check the worker, then decide again (revive show {incident})", 4) from None
     except WorkflowUpdateFailedError as e:
         raise Fail(f"{decision} refused: {getattr(e.cause, 'message', None) or e}", 3) from None
     except RPCError as e:

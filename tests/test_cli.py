@@ -132,3 +132,42 @@ def test_usage_errors_are_messages_not_tracebacks():
     for args in (["show"], ["incidents", "--bogus"], ["nosuchcmd"]):
         r = revive(*args)
         assert r.returncode != 0 and "Traceback" not in r.stderr, (args, r.stderr)
+
+
+@pytest.mark.temporal
+async def test_an_approval_sent_while_the_worker_is_gone_never_acts_later(local_env, tmp_path):
+    """Ghost approval (chaos finding): the worker polled a moment ago and is gone. ``revive approve``
+    gives up within its timeout with exit 4 and says nothing was decided; when a worker returns,
+    the workflow refuses the late decision as stale and nothing runs."""
+    import asyncio
+    import uuid
+
+    from revive.models import IncidentOutcome
+    from revive.policy import RecoveryPolicy
+    from tests.helpers.builders import fake_cluster, incident
+    from tests.workflows.test_incident import _wait_state
+    from worker.main import build_worker
+    from workflows.incident import IncidentWorkflow
+
+    sched, ccfg, log = fake_cluster(tmp_path, "xid79", resumed=True)
+    tq = f"tq-{uuid.uuid4().hex[:6]}"
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"name: fake\naudit_file: {tmp_path}/a.jsonl\nstate_dir: {tmp_path}/s\n"
+                   f"temporal: {{address: '{local_env.client.service_client.config.target_host}', task_queue: {tq}}}\n")
+    inp = incident(log, RecoveryPolicy(approval={"timeout": 3600}, verify={"timeout": 5, "poll_interval": 0.2}),
+                   iid=f"fake-7-a0-{uuid.uuid4().hex[:6]}")
+    async with build_worker(local_env.client, ccfg, sched, task_queue=tq):
+        h = await local_env.client.start_workflow(IncidentWorkflow.run, inp, id=inp.incident_id, task_queue=tq)
+        await _wait_state(h, "awaiting_approval")
+    # the worker is gone; the server still lists it as a poller for a while
+    r = await asyncio.to_thread(revive, "approve", inp.incident_id, "--as", "alice", "--timeout", "3",
+                                "--config", str(cfg))
+    assert r.returncode == 4, (r.stdout, r.stderr)
+    assert "nothing was decided" in r.stderr
+    async with build_worker(local_env.client, ccfg, sched, task_queue=tq):
+        await asyncio.sleep(3)  # the worker back: the late approval reaches the workflow, which refuses it
+        status = await h.query("status")
+        assert status["state"] == "awaiting_approval" and status["decision"] is None
+        await h.execute_update("decide", {"decision": "reject", "approver": "bob"})
+        res = await h.result()
+    assert res.outcome == IncidentOutcome.rejected and sched.mutating_calls == []

@@ -263,6 +263,7 @@ class IncidentWorkflow:
         if not plan.needs_approval:
             return None
         self._set_state(IncidentState.awaiting_approval)
+        self._gate.open = True  # a decision sent while the notification is on its way counts
         await self._notify("approval_needed", plan.approval_reason)
         decision = await self._gate.wait(inp.policy.approval.timeout)
         if decision is None:
@@ -287,9 +288,17 @@ class IncidentWorkflow:
         )
 
     async def _notify(self, event: str, text: str) -> None:
+        """Best effort: a notification that fails (webhook down, the worker killed mid-call and the
+        activity timed out) is logged and never fails the incident."""
         if not self._inp.policy.notify.webhooks:
             return
         inp, plan = self._inp, self._plan
+        try:
+            await self._send_notify(event, text, inp, plan)
+        except ActivityError as e:
+            workflow.logger.warning("notify %s failed (the incident goes on): %s", event, e.cause or e)
+
+    async def _send_notify(self, event: str, text: str, inp: IncidentInput, plan: Plan | None) -> None:
         await workflow.execute_activity(
             notify_activity.notify,
             NotifyInput(

@@ -208,3 +208,28 @@ async def test_slurmctld_down_between_drain_and_requeue_longer_than_one_retry_de
     assert res.outcome == IncidentOutcome.recovered, res.reason
     assert [c[0] for c in sched.mutating_calls] == ["drain_nodes", "requeue"]  # one drain, one requeue that ran
     assert len(tries) == 31 and sched.jobs["7"].restart_count == 1
+
+
+@activity.defn(name="notify")
+async def notify_dies(inp: object) -> None:
+    raise RuntimeError("worker killed during the approval_needed notification")
+
+
+async def test_a_failed_approval_notification_does_not_lose_the_incident(ts_env, tmp_path):
+    """Chaos finding: the worker killed during the ``approval_needed`` notification made the
+    activity time out, and the incident FAILED with no audit record. A notification is best effort:
+    the incident waits for the decision (the gate is open while the notification is on its way),
+    acts on the approval and closes with its audit record."""
+    sched, cfg, log = fake_cluster(tmp_path, "xid79", resumed=True)
+    pol = RecoveryPolicy(approval={"timeout": 3600}, notify={"webhooks": ["http://127.0.0.1:9/hook"]},
+                         verify={"timeout": 5, "poll_interval": 0.2})
+    tq = f"tq-{uuid.uuid4()}"
+    async with build_worker(ts_env.client, cfg, sched, task_queue=tq, replace=[no_history, notify_dies]):
+        h = await ts_env.client.start_workflow(IncidentWorkflow.run, incident(log, pol), id=f"n-{uuid.uuid4().hex[:6]}",
+                                               task_queue=tq)
+        await _wait_state(h, "awaiting_approval")
+        await h.execute_update("decide", Decision(decision="approve", approver="oncall-bob"))
+        res = await h.result()
+    assert res.outcome == IncidentOutcome.recovered, res.reason
+    assert [c[0] for c in sched.mutating_calls] == ["drain_nodes", "requeue"]
+    assert '"outcome":"recovered"' in (tmp_path / "audit.jsonl").read_text()
