@@ -177,8 +177,13 @@ def server(
     raise SystemExit(subprocess.call(argv))
 
 
+DECIDE_TIMEOUT_S = 10.0
+"""How long ``revive approve/reject`` waits for a worker to take the decision (a live worker
+answers in well under a second); the decision's ``valid_until`` ends with it."""
+
+
 async def _decide(config: str, incident: str, decision: str, approver: str, note: str | None,
-                  timeout_s: float = 30.0) -> str:
+                  timeout_s: float = DECIDE_TIMEOUT_S) -> str:
     """Send the ``decide`` Update, after checking that the incident is open and that a worker
     polls its task queue (else nothing is sent and the message says so within seconds)."""
     from temporalio.client import (
@@ -221,7 +226,7 @@ async def _decide(config: str, incident: str, decision: str, approver: str, note
     except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):
         # the worker seen polling is gone (a dead poller stays listed for up to ~90 s): the
         # decision carries valid_until, so a worker that comes back later refuses it as stale
-        raise Fail(f"{decision}: no answer from a worker within {timeout_s:.0f}s (task queue {desc.task_queue!r}); "
+        raise Fail(f"{decision}: no worker answered within {timeout_s:.0f}s (task queue {desc.task_queue!r}); "
                    f"nothing was decided (the {decision} expires now and a returning worker refuses it): "
                    f"check the worker, then decide again (revive show {incident})", 4) from None
     except WorkflowUpdateFailedError as e:
@@ -230,7 +235,8 @@ async def _decide(config: str, incident: str, decision: str, approver: str, note
         raise Fail(f"{decision} refused: {e.message}", 3) from None
 
 
-DecideTimeoutOpt = Annotated[float, typer.Option("--timeout", help="seconds to wait for the worker's answer")]
+DecideTimeoutOpt = Annotated[float, typer.Option(
+    "--timeout", help="seconds to wait for the worker's answer; the decision is void after it")]
 
 
 @app.command()
@@ -239,7 +245,7 @@ def approve(
     approver: Annotated[str, typer.Option("--as", help="who approves (recorded in history)")] = "",
     note: str | None = None,
     config: ConfigOpt = DEFAULT_CONFIG,
-    timeout: DecideTimeoutOpt = 30.0,
+    timeout: DecideTimeoutOpt = DECIDE_TIMEOUT_S,
 ) -> None:
     """Approve an incident's proposed plan."""
     console.print(_safe(_run(_decide(config, incident, "approve", approver or os.environ.get("USER", ""), note,
@@ -252,7 +258,7 @@ def reject(
     approver: Annotated[str, typer.Option("--as", help="who rejects (recorded in history)")] = "",
     note: str | None = None,
     config: ConfigOpt = DEFAULT_CONFIG,
-    timeout: DecideTimeoutOpt = 30.0,
+    timeout: DecideTimeoutOpt = DECIDE_TIMEOUT_S,
 ) -> None:
     """Reject an incident's proposed plan (nothing runs)."""
     console.print(_safe(_run(_decide(config, incident, "reject", approver or os.environ.get("USER", ""), note,
