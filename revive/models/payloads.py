@@ -93,6 +93,7 @@ class RunbookInput(BaseModel):
     rollback: LoopVerdict | None = None
     """Set when a person approved resuming from ``rollback.previous`` instead of the suspect
     checkpoint: the runbook performs the layout's reversible step, then requeues."""
+    rollback_approved_by: str | None = None
 
 
 class RunbookResult(BaseModel):
