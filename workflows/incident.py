@@ -147,7 +147,8 @@ class IncidentWorkflow:
         rb_inp = rb_inp.model_copy(update={"plan": plan})  # as the gate left it
         if suspect is not None:
             d = self._gate.decision
-            rb_inp = rb_inp.model_copy(update={"rollback": suspect, "rollback_approved_by": d.approver if d else None})
+            rb_inp = rb_inp.model_copy(update={"rollback": suspect, "rollback_approved_by": d.approver if d else None,
+                                               "checkpoint_iteration": suspect.previous})
 
         self._set_state(IncidentState.acting)
         rb: RunbookResult = await workflow.execute_child_workflow(

@@ -431,3 +431,4 @@ __all__ = [
 ]
 
 RunbookInput.model_rebuild()
+RollbackInput.model_rebuild()
