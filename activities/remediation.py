@@ -14,7 +14,9 @@ is still the incident's job before acting.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -55,6 +57,9 @@ from revive.scheduler.base import Scheduler
 REQUEUE_DISABLED = "presently disabled"
 """slurmctld's answer to ``scontrol requeue`` for a job submitted with ``--no-requeue``."""
 RESUBMITTED_FILE = "resubmitted.json"
+DEPENDENTS_FILE = "dependents.json"
+"""``<spec dir>/dependents.json``: the dependents ``_resubmit`` held, written before the holds so a
+retried activity re-points and releases them (``{"old": id, "jobs": {dep id: Dependency value}}``)."""
 
 
 
@@ -66,6 +71,38 @@ for e in /proc/[0-9]*/environ; do
   echo "$p"
 done"""
 """Pids of the tasks of job ``$1`` on node ``$2`` (Slurm sets both variables in every task)."""
+
+
+def _task_ref(job_id: str) -> tuple[str, str] | None:
+    """(ArrayJobId, ArrayTaskId) of an array task id ``123_4``, else None."""
+    from revive.scheduler.arrays import parse_job_ref
+
+    try:
+        ref = parse_job_ref(job_id)
+    except ValueError:
+        return None
+    return (ref.job, ref.task) if ref.is_task and ref.task else None
+
+
+def _read_dependents(path: Path, old_id: str) -> HeldDependents:
+    """The dependents ``_hold_dependents`` recorded for ``old_id`` (empty when none or unreadable)."""
+    try:
+        rec = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return HeldDependents()
+    if not isinstance(rec, dict) or rec.get("old") != old_id or not isinstance(rec.get("jobs"), dict):
+        return HeldDependents()
+    return HeldDependents(jobs={str(k): str(v) for k, v in rec["jobs"].items()},
+                          held_by_others={str(x) for x in rec.get("held_by_others") or []})
+
+
+@dataclass
+class HeldDependents:
+    """The pending jobs that waited on a resubmitted job: ``jobs`` = {id: its ``Dependency=`` value
+    at hold time}; ``held_by_others`` = those already held before Revive (re-pointed, never released)."""
+
+    jobs: dict[str, str] = field(default_factory=dict)
+    held_by_others: set[str] = field(default_factory=set)
 
 
 def identity_problem(want: JobIdentity, live: JobRecord) -> str | None:
@@ -260,10 +297,20 @@ class RemediationActivities:
         if marker.exists():
             try:
                 done = ActionResult.model_validate_json(marker.read_text(encoding="utf-8"))
-                return done.model_copy(update={"changed": False, "detail": "already resubmitted: " + done.detail})
             except (OSError, ValueError):
-                pass
+                done = None
+            if done is not None and done.new_job_id:
+                # a retry after sbatch: finish what the first run left (dependents held, not released)
+                held = _read_dependents(spec_dir(self.jobspec_dir, inp.incident_id) / DEPENDENTS_FILE,
+                                        spec.job.job_id)
+                more: list[list[str]] = []
+                note = await self._repoint_dependents(spec.job.job_id, done.new_job_id, held, more) if held.jobs else ""
+                return done.model_copy(update={"changed": bool(more), "commands": done.commands + more,
+                                               "detail": "already resubmitted: " + done.detail
+                                               + (f"; {note}" if more else "")})
         cmds: list[list[str]] = []
+        deps_file = spec_dir(self.jobspec_dir, inp.incident_id) / DEPENDENTS_FILE
+        held = await self._hold_dependents(spec.job.job_id, deps_file, cmds)
         try:
             if live is not None and live.state not in TERMINAL and live.state != JobState.PURGED:
                 cmds.append(await self.scheduler.cancel(live.job_id))
@@ -282,17 +329,113 @@ class RemediationActivities:
         rm.action_issued("requeue")  # a resubmission counts as the job's requeue
         cmds.append(["sbatch", "--parsable", *opts])
         exc = next((o for o in opts if o.startswith("--exclude=")), "no exclusions")
+        ref = _task_ref(spec.job.job_id)
+        task = (f"array task {spec.job.job_id} (ArrayJobId {ref[0]}, ArrayTaskId {ref[1]}) is now job {new_id}; "
+                if ref else "")
         result = ActionResult(
             action="resubmit", ok=True, at=_now(), commands=cmds, new_job_id=new_id,
             detail=(f"{why}: resubmitted job {spec.job.job_id} as job {new_id} from the batch script and job record "
-                    f"{source} ({spec.saved_at.isoformat()}); {exc}; {ENV_NOTE}"),
+                    f"{source} ({spec.saved_at.isoformat()}); {task}{exc}; {ENV_NOTE}"),
         )
+        self._mark(marker, result, spec.job.job_id)
+        if held.jobs:
+            note = await self._repoint_dependents(spec.job.job_id, new_id, held, cmds)
+            result = result.model_copy(update={"commands": cmds, "detail": f"{result.detail}; {note}"})
+            self._mark(marker, result, spec.job.job_id)
+        return result
+
+    @staticmethod
+    def _mark(marker: Path, result: ActionResult, job_id: str) -> None:
         try:
             marker.parent.mkdir(parents=True, exist_ok=True)
             marker.write_text(result.model_dump_json(), encoding="utf-8")
         except OSError as e:
-            activity.logger.warning("cannot record resubmission of %s: %s", spec.job.job_id, e)
-        return result
+            activity.logger.warning("cannot record resubmission of %s: %s", job_id, e)
+
+    async def _hold_dependents(self, old_id: str, deps_file: Path, cmds: list[list[str]]) -> HeldDependents:
+        """Hold (``scontrol hold``) every pending job that waits on ``old_id``, before the old job
+        is cancelled or replaced: once slurmctld purges it, Slurm drops the dependency and they
+        would start. Returns them (a dependent someone already held is re-pointed but stays
+        held), written to ``deps_file`` first so a retry finds them. A listing that fails holds
+        nothing (logged)."""
+        from revive.scheduler.arrays import depends_on
+
+        try:
+            jobs = await self.scheduler.list_jobs()
+        except SchedulerError as e:
+            activity.logger.warning("cannot list the dependents of %s: %s", old_id, e)
+            return HeldDependents()
+        deps = {j.job_id: (j.dependency or "") for j in jobs
+                if j.state == JobState.PENDING and j.job_id != old_id and depends_on(j.dependency, old_id)}
+        if not deps:
+            return HeldDependents()
+        already = {j.job_id for j in jobs if j.job_id in deps and j.hold}
+        record = {"old": old_id, "jobs": deps, "held_by_others": sorted(already)}
+        try:
+            deps_file.parent.mkdir(parents=True, exist_ok=True)
+            deps_file.write_text(json.dumps(record), encoding="utf-8")
+        except OSError as e:
+            activity.logger.warning("cannot record the dependents of %s: %s", old_id, e)
+        for dep in sorted(set(deps) - already):
+            try:
+                cmds.append(await self.scheduler.hold(dep))
+            except SchedulerCommandError as e:  # it started meanwhile: nothing left to hold
+                activity.logger.warning("cannot hold dependent %s of %s: %s", dep, old_id, e)
+        return HeldDependents(jobs=deps, held_by_others=already)
+
+    async def _repoint_dependents(self, old_id: str, new_id: str, held: HeldDependents,
+                                  cmds: list[list[str]]) -> str:
+        """Point each held dependent at ``new_id`` (``scontrol update JobId=<d> Dependency=…``: the
+        terms on ``old_id`` become ``new_id``, the others stay, states dropped) and release the ones
+        Revive held. A dependent whose only wait is the whole array of a resubmitted task
+        (``afterok:123`` for ``123_4``) cannot be re-pointed by one id: it stays held, reported.
+        Returns the sentence for the audit."""
+        from revive.scheduler.arrays import depends_on, parse_dependency
+
+        moved: list[str] = []
+        kept: list[str] = []
+        gone: list[str] = []
+        for dep, value in sorted(held.jobs.items()):
+            try:
+                live = await self.scheduler.get_job(dep)
+            except JobNotFound:
+                gone.append(dep)
+                continue
+            if live.state != JobState.PENDING:
+                gone.append(f"{dep} ({live.state})")
+                continue
+            if not depends_on(value, old_id):
+                gone.append(f"{dep} (no longer waits on {old_id})")
+                continue
+            # the terms on old_id become new_id; a whole-array term (123 for task 123_4) is kept
+            terms = [f"{d.kind}:{new_id if d.job == old_id else d.job}" for d in parse_dependency(value) if d.job]
+            if not any(d.job == old_id for d in parse_dependency(value)):
+                kept.append(dep)
+                continue
+            sep = "?" if "?" in value else ","
+            want = sep.join(dict.fromkeys(terms))
+            current = [f"{d.kind}:{d.job}" for d in parse_dependency(live.dependency) if d.job]
+            try:
+                if sep.join(current) != want:
+                    cmds.append(await self.scheduler.update_job(dep, Dependency=want))
+                if live.hold and dep not in held.held_by_others:
+                    cmds.append(await self.scheduler.release(dep))
+            except SchedulerCommandError as e:
+                activity.logger.warning("cannot re-point dependent %s at %s: %s", dep, new_id, e)
+                kept.append(dep)
+                continue
+            moved.append(f"{dep} (Dependency={want})")
+        parts = []
+        if moved:
+            parts.append(f"dependents held, re-pointed at job {new_id} and released: {', '.join(moved)}")
+        if kept:
+            parts.append(f"dependents left held for a person (they wait on the whole array or refused the "
+                         f"update; `scontrol update JobId=<id> Dependency=…` then `scontrol release <id>`): "
+                         f"{', '.join(kept)}")
+        if gone:
+            parts.append(f"dependents no longer pending: {', '.join(gone)}")
+        return "; ".join(parts) or "no dependents"
+
 
     @activity.defn(name="signal_job")
     async def signal_job(self, inp: SignalJobInput) -> ActionResult:

@@ -29,6 +29,8 @@ progress_app = typer.Typer(no_args_is_help=True, help="Training progress in job 
 app.add_typer(policy_app, name="policy")
 app.add_typer(node_app, name="node")
 app.add_typer(progress_app, name="progress")
+checkpoint_app = typer.Typer(no_args_is_help=True, help="Checkpoint changes Revive made on approval.")
+app.add_typer(checkpoint_app, name="checkpoint")
 
 
 def _mount_health() -> None:
@@ -855,6 +857,38 @@ def main() -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+@checkpoint_app.command("undo")
+def checkpoint_undo(
+    incident: Annotated[str, typer.Argument(help="incident id whose approved checkpoint change to undo")],
+    config: ConfigOpt = DEFAULT_CONFIG,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="print the recorded change and its undo only")] = False,
+) -> None:
+    """Undo what Revive changed in a job's checkpoint directory when a person approved resuming
+    from the previous checkpoint (the record under ``<state_dir>/rollback/<incident>.json``). Runs
+    on the controller side (here, or the login node over SSH), argument lists only."""
+    from activities.rollback import load_record, undo_rollback
+    from revive.rollback import RollbackRefused, argv_for, describe
+    from revive.site import build_site
+    from worker.main import rollback_dir
+
+    cfg = _cfg(config)
+    root = rollback_dir(cfg)
+    rec = load_record(root, incident)
+    if rec is None:
+        raise Fail(f"no checkpoint change recorded for incident {incident} under {root}", 1)
+    console.print(f"incident {_safe(rec.incident_id)} job {_safe(rec.job_id)}: {_safe(rec.plan.detail)}")
+    for op in rec.plan.undo:
+        console.print(f"  undo: {_safe(describe(op))}   ({_safe(' '.join(argv_for(op)[0]))})")
+    if dry_run:
+        return
+    site = build_site(cfg)
+    try:
+        _run(undo_rollback(site.runner, root, incident))
+    except RollbackRefused as e:
+        raise Fail(str(e), 1) from None
+    console.print(f"undone: checkpoint {rec.plan.suspect} is back; requeue the job yourself if it should use it")
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.checkpoint import CheckpointActivities
     from activities.guard import GuardActivities
     from activities.remediation import RemediationActivities
+    from activities.rollback import RollbackActivities
     from activities.verification import VerificationActivities
     from revive import retry
     from revive.decide.budgets import root_key
@@ -36,6 +37,7 @@ with workflow.unsafe.imports_passed_through():
         LoopCheckInput,
         LoopVerdict,
         RequeueInput,
+        RollbackInput,
         RunbookInput,
         RunbookName,
         RunbookResult,
@@ -53,6 +55,9 @@ PATCH_SAVE_BEFORE_REQUEUE = "save-before-requeue"
 """Runbooks send the job's save signal and wait for the save before requeueing a running job."""
 PATCH_BAD_CHECKPOINT = "bad-checkpoint-loop"
 """Runbooks refuse to requeue onto a checkpoint the job failed from twice (``checkpoint_loop``)."""
+PATCH_ROLLBACK_ON_APPROVAL = "rollback-on-approval"
+"""A person approved resuming from the checkpoint before the suspect one (``RunbookInput.rollback``):
+the runbook runs ``rollback_checkpoint`` before its requeue instead of escalating."""
 PATCH_DEPENDENTS = "dependents"
 """Runbooks make a requeued job's dependents wait again, and report them when the job stays down."""
 PATCH_OUTAGE_RETRY = "act-retry-after-outage"
@@ -395,8 +400,32 @@ async def finish(inp: RunbookInput, log: RunbookLog, requeued: ActionResult, exc
     return log.done(v)
 
 
+async def rollback(inp: RunbookInput, log: RunbookLog) -> RunbookResult | None:
+    """The approved step back to checkpoint ``inp.rollback.previous`` (``rollback_checkpoint``):
+    None when done (the runbook requeues next), else the escalation saying why it was not."""
+    v = inp.rollback
+    assert v is not None
+    try:
+        r = await workflow.execute_activity_method(
+            RollbackActivities.rollback_checkpoint,
+            RollbackInput(incident_id=inp.incident_id, cluster=inp.cluster, job=inp.job, verdict=v,
+                          approved_by=inp.rollback_approved_by),
+            start_to_close_timeout=timedelta(minutes=2), schedule_to_close_timeout=retry.MUTATING_DEADLINE,
+            retry_policy=retry.MUTATING, summary=f"resume from checkpoint {v.previous} (approved)",
+        )
+    except ActivityError as e:
+        await report_dependents(inp, log)
+        return log.suspect_checkpoint(v.model_copy(update={
+            "detail": f"{v.detail}; the approved rollback to {v.previous} was not done: {_cause(e)}", "proposal": ""}))
+    log.add(r)
+    return None
+
+
 async def stop_on_suspect(inp: RunbookInput, log: RunbookLog) -> RunbookResult | None:
-    """``bad_checkpoint`` → the escalation (with the dependents left waiting), or None."""
+    """``bad_checkpoint`` → the escalation (with the dependents left waiting), or None. When a
+    person approved the rollback (``inp.rollback``), perform it instead (``rollback``)."""
+    if inp.rollback is not None and workflow.patched(PATCH_ROLLBACK_ON_APPROVAL):
+        return await rollback(inp, log)
     v = await bad_checkpoint(inp, log)
     if v is None:
         return None

@@ -24,6 +24,7 @@ from activities.health import HealthActivities
 from activities.jobspec import JobSpecActivities
 from activities.notify import notify
 from activities.remediation import RemediationActivities
+from activities.rollback import RollbackActivities
 from activities.verification import VerificationActivities
 from revive import metrics as rm
 from revive.config import ClusterConfig
@@ -70,6 +71,7 @@ def build_activities(client: Client, cfg: ClusterConfig, site: Site, task_queue:
     js = JobSpecActivities(scheduler, state / "jobspec")
     vf = VerificationActivities(scheduler, logs=site.logs)
     ck = CheckpointActivities(scheduler, logs=site.logs)
+    rb = RollbackActivities(scheduler, site.runner, rollback_dir(cfg))
     au = AuditActivities(Path(cfg.audit_file))
     gd = GuardActivities(client, task_queue)
     ha = HealthActivities(scheduler, client, task_queue, cfg.audit_file,
@@ -78,11 +80,17 @@ def build_activities(client: Client, cfg: ClusterConfig, site: Site, task_queue:
         js.save_job_spec, ev.gather_evidence, at.attribute, at.attribute_external,
         rm.check_identity, rm.drain_nodes, rm.requeue_job, rm.diagnose_hang, rm.read_mode,
         rm.signal_job, rm.rewait_dependents, ck.plan_save, ck.wait_for_save, ck.checkpoint_loop, ck.job_dependents,
+        rb.rollback_checkpoint,
         vf.verify_progress, vf.wait_for_checkpoint, au.append_audit, gd.request_drain_grant, gd.incident_history,
         gd.admit_incident, gd.report_job_outcome, gd.read_guard_mode, gd.read_guard_policy, notify,
         ha.rts_candidates, ha.rts_guard_drains, ha.run_health_check, ha.resume_checked_node, ha.redrain_checked_node,
         ha.record_node_check,
     ]
+
+
+def rollback_dir(cfg: ClusterConfig) -> Path:
+    """Where ``rollback_checkpoint`` records what it changed (``revive checkpoint undo`` reads it)."""
+    return Path(cfg.state_dir) / "rollback"
 
 
 def activity_name(fn: object) -> str:

@@ -499,7 +499,8 @@ class Monitor:
         if ckpt is None:  # the framework printed no checkpoint line (HF, Lightning): its own folders
             from revive.profiles.disk import newest_checkpoint
 
-            on_disk = await asyncio.to_thread(newest_checkpoint, j.command)
+            on_disk = await asyncio.to_thread(newest_checkpoint, j.command, None, j.comment,
+                                              self.policy.opt_in.comment_key)
             ckpt = on_disk[0] if on_disk else None
         inp = IncidentInput(
             incident_id=iid, cluster=self.cfg.name,

@@ -45,6 +45,7 @@ with workflow.unsafe.imports_passed_through():
         IncidentResult,
         IncidentState,
         JobRecord,
+        LoopVerdict,
         ModeInput,
         NotifyEvent,
         NotifyInput,
@@ -55,7 +56,7 @@ with workflow.unsafe.imports_passed_through():
         SaveJobSpecInput,
     )
     from revive.policy import ExpiryAction, Mode
-    from runbooks import RUNBOOKS
+    from runbooks import RUNBOOKS, steps
     from workflows.approval import ApprovalGate
 
 MAX_EXTRA_TRIGGERS = 100
@@ -74,6 +75,10 @@ once no incident started before it is open."""
 PATCH_MODE_FROM_GUARD = "mode-from-guard"
 """The gate reads the mode from the cluster's guard (``read_guard_mode``) instead of the policy file
 (``read_mode``). Remove with the previous one."""
+PATCH_SUSPECT_NEEDS_PERSON = "suspect-checkpoint-needs-person"
+"""Before the gate, a requeueing plan is checked for a bad-checkpoint loop (``runbooks.steps.
+bad_checkpoint``); when the layout allows resuming from the previous checkpoint, the plan needs a
+person even in auto mode ("checkpoint N suspect"), and on approval the runbook performs the step."""
 MAX_TRIGGER_PAYLOAD = 4096
 """Characters of one ``add_trigger`` payload accepted by the Update (the kept text is capped further
 by ``revive.logline.cap_line``)."""
@@ -122,21 +127,33 @@ class IncidentWorkflow:
             await self._notify("escalated", plan.rule)
             return await self._close(IncidentOutcome.escalated, plan.rule)
 
-        gate_outcome = await self._gate_plan(inp, plan)
+        rb_inp = RunbookInput(
+            incident_id=inp.incident_id, cluster=inp.cluster, job=inp.job, plan=plan,
+            category=attribution.category, log_path=inp.log_path, attempt=inp.attempt,
+            checkpoint_iteration=inp.checkpoint_iteration, policy=inp.policy,
+            last_progress=inp.last_progress,
+            # input only (no command changes): "same root cause" in the bad-checkpoint check
+            root_signature=attribution.root_event.signature_id if attribution.root_event else None,
+        )
+        suspect: LoopVerdict | None = None
+        if (plan.runbook in RUNBOOKS and inp.policy.bad_checkpoint.enabled and inp.policy.bad_checkpoint.propose_previous
+                and inp.log_path and workflow.patched(PATCH_SUSPECT_NEEDS_PERSON)):
+            v = await steps.bad_checkpoint(rb_inp, steps.RunbookLog(plan.runbook))
+            if v is not None and v.previous is not None and v.proposal:
+                suspect = v
+        gate_outcome = await self._gate_plan(inp, plan, suspect=suspect)
         if gate_outcome is not None:
             return await self._close(*gate_outcome)
+        rb_inp = rb_inp.model_copy(update={"plan": plan})  # as the gate left it
+        if suspect is not None:
+            d = self._gate.decision
+            rb_inp = rb_inp.model_copy(update={"rollback": suspect, "rollback_approved_by": d.approver if d else None,
+                                               "checkpoint_iteration": suspect.previous})
 
         self._set_state(IncidentState.acting)
         rb: RunbookResult = await workflow.execute_child_workflow(
             RUNBOOKS[plan.runbook].run,
-            RunbookInput(
-                incident_id=inp.incident_id, cluster=inp.cluster, job=inp.job, plan=plan,
-                category=attribution.category, log_path=inp.log_path, attempt=inp.attempt,
-                checkpoint_iteration=inp.checkpoint_iteration, policy=inp.policy,
-                last_progress=inp.last_progress,
-                # input only (no command changes): "same root cause" in the bad-checkpoint check
-                root_signature=attribution.root_event.signature_id if attribution.root_event else None,
-            ),
+            rb_inp,
             id=ids.runbook_id(inp.incident_id),
             static_summary=f"runbook {plan.runbook} for {inp.incident_id}",
         )
@@ -230,13 +247,15 @@ class IncidentWorkflow:
         workflow.set_current_details(self._details())
         return self._plan
 
-    async def _gate_plan(self, inp: IncidentInput, plan: Plan) -> tuple[IncidentOutcome, str] | None:
+    async def _gate_plan(self, inp: IncidentInput, plan: Plan,
+                         suspect: LoopVerdict | None = None) -> tuple[IncidentOutcome, str] | None:
         """Mode (read fresh) and the drain circuit breaker decide whether a person must approve.
 
         Auto mode asks the per-cluster guard for a drain grant first; a refusal (breaker open) sends
         the plan to a person whatever the mode. After a person approves a drain, the grant is asked
-        again with ``approved_by`` so the drain counts in the breaker's window. Returns a closing
-        (outcome, reason) when the plan must not run, else None.
+        again with ``approved_by`` so the drain counts in the breaker's window. A ``suspect``
+        checkpoint (``PATCH_SUSPECT_NEEDS_PERSON``) needs a person in every mode, and its expiry
+        never proceeds. Returns a closing (outcome, reason) when the plan must not run, else None.
         """
         # patched: incidents recorded before the guard held the mode re-read the policy file
         if workflow.patched(PATCH_MODE_FROM_GUARD):
@@ -260,12 +279,20 @@ class IncidentWorkflow:
                 self._breaker_reason = grant.reason if grant.reason.startswith("breaker") else f"breaker: {grant.reason}"
                 await self._notify("breaker_tripped", self._breaker_reason)
         plan.needs_approval, plan.approval_reason = needs_person(self._mode, self._breaker_reason)
+        if suspect is not None:
+            why = (f"checkpoint {suspect.suspect} suspect: {suspect.detail}; on approval Revive will "
+                   f"{suspect.proposal}")
+            plan.needs_approval = True
+            plan.approval_reason = why + (f"; {plan.approval_reason}" if plan.approval_reason else "")
         if not plan.needs_approval:
             return None
         self._set_state(IncidentState.awaiting_approval)
         self._gate.open = True  # a decision sent while the notification is on its way counts
         await self._notify("approval_needed", plan.approval_reason)
         decision = await self._gate.wait(inp.policy.approval.timeout)
+        if decision is None and suspect is not None:
+            return (IncidentOutcome.escalated,
+                    f"checkpoint {suspect.suspect} suspect: no decision within {inp.policy.approval.timeout}")
         if decision is None:
             if self._breaker_reason:
                 return IncidentOutcome.escalated, f"approval expired while {self._breaker_reason}"

@@ -372,6 +372,9 @@ class ActionKind(StrEnum):
     """A save signal sent to the running job (``scancel --signal``) before its requeue."""
     dependents = "dependents"
     """The job's dependents were made to wait for it again after its requeue."""
+    rollback_checkpoint = "rollback_checkpoint"
+    """A person approved resuming from the previous checkpoint: the layout's reversible file step
+    (``revive.rollback``), recorded with its undo (``revive checkpoint undo <incident>``)."""
     report = "report"
     """Nothing changed on the cluster: a finding recorded for a person (suspect checkpoint,
     dependents that will never start)."""

@@ -90,6 +90,10 @@ class RunbookInput(BaseModel):
     root_signature: str | None = None
     """The attribution's root signature (same-root-cause check of ``checkpoint_loop``); None: the
     category stands for the root cause."""
+    rollback: LoopVerdict | None = None
+    """Set when a person approved resuming from ``rollback.previous`` instead of the suspect
+    checkpoint: the runbook performs the layout's reversible step, then requeues."""
+    rollback_approved_by: str | None = None
 
 
 class RunbookResult(BaseModel):
@@ -213,6 +217,16 @@ class LoopCheckInput(BaseModel):
     root_signature: str | None = None
     checkpoint_iteration: int | None = None
     within_iterations: int = 20
+
+
+class RollbackInput(BaseModel):
+    """Input of ``rollback_checkpoint``: the approved verdict (``suspect``, ``previous``, ``profile``)."""
+
+    incident_id: str
+    cluster: str
+    job: JobIdentity
+    verdict: LoopVerdict
+    approved_by: str | None = None
 
 
 class LoopVerdict(BaseModel):
@@ -387,6 +401,7 @@ __all__ = [
     "IncidentInput",
     "GatherEvidenceInput",
     "RunbookInput",
+    "RollbackInput",
     "RunbookResult",
     "CheckIdentityInput",
     "DrainInput",
@@ -414,3 +429,6 @@ __all__ = [
     "JobSpecSaved",
     "EventKind",
 ]
+
+RunbookInput.model_rebuild()
+RollbackInput.model_rebuild()

@@ -2,13 +2,16 @@
 frameworks that print no "saved" line by default: HF Trainer's ``checkpoint-N`` folders, Lightning's
 ``epoch=E-step=S.ckpt`` files).
 
-The directory comes from the job's own command line (``scontrol show job``'s ``Command=``: the batch
-script and its arguments): the value of a known output/checkpoint option. Reads the local file
-system only (the monitor's host); a path that does not exist there gives ``None``.
+The directory comes from the job's ``--comment`` JSON, under the opt-in key's object
+(``{"revive": {"checkpoint_dir": "/scratch/run1/out"}}``; the key is ``policy.opt_in.comment_key``),
+or from its own command line (``scontrol show job``'s ``Command=``: the batch script and its
+arguments): the value of a known output/checkpoint option. Reads the local file system only (the
+monitor's host); a path that does not exist there gives ``None``.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 
@@ -19,6 +22,11 @@ DIR_OPTIONS = ("--output-dir", "--output_dir", "--ckpt-dir", "--ckpt_dir", "--ch
 """Options whose value names a checkpoint directory: HF ``TrainingArguments.output_dir``
 (``--output_dir`` in the examples' HfArgumentParser scripts), Megatron ``--save``, Lightning's
 ``ModelCheckpoint(dirpath=…)``/``Trainer(default_root_dir=…)``, and the usual ``--ckpt-dir``."""
+
+COMMENT_DIR_KEY = "checkpoint_dir"
+"""Key in the opt-in object of a job's ``--comment`` JSON naming its checkpoint directory."""
+MAX_COMMENT = 8192
+"""A ``--comment`` longer than this is not parsed (untrusted input; Slurm allows much more)."""
 
 MAX_ENTRIES = 10000
 """Directory entries looked at per directory (a huge folder is not walked)."""
@@ -43,10 +51,29 @@ def checkpoint_dirs(command: str | None) -> list[str]:
     return out
 
 
-def newest_checkpoint(command: str | None, profiles: ProfileSet | None = None) -> tuple[int, str] | None:
-    """(step, profile id) of the highest-step checkpoint in the directories ``command`` names,
-    matched by each profile's ``checkpoint_layout`` (``dir_pattern``, ``file_patterns``) with an
-    ``iter`` group; None when there is none."""
+def comment_checkpoint_dir(comment: str | None, key: str = "revive") -> str | None:
+    """``checkpoint_dir`` from the job's ``--comment`` JSON ``{key: {"checkpoint_dir": "<abs path>"}}``,
+    or None: no comment, not JSON, over ``MAX_COMMENT``, the key absent, or the value not an
+    absolute path without NUL (untrusted input: never raises)."""
+    if not comment or len(comment) > MAX_COMMENT:
+        return None
+    try:
+        data = json.loads(comment)
+    except ValueError:
+        return None
+    obj = data.get(key) if isinstance(data, dict) else None
+    v = obj.get(COMMENT_DIR_KEY) if isinstance(obj, dict) else None
+    if not isinstance(v, str) or not v.startswith("/") or "\0" in v or len(v) > 4096:
+        return None
+    return os.path.normpath(v)
+
+
+def newest_checkpoint(command: str | None, profiles: ProfileSet | None = None, comment: str | None = None,
+                      comment_key: str = "revive") -> tuple[int, str] | None:
+    """(step, profile id) of the highest-step checkpoint in the directory the job's ``--comment``
+    names (``comment_checkpoint_dir``) and the directories ``command`` names, matched by each
+    profile's ``checkpoint_layout`` (``dir_pattern``, ``file_patterns``) with an ``iter`` group;
+    None when there is none."""
     import re2
 
     from revive.profiles import load_builtin_profiles
@@ -62,7 +89,10 @@ def newest_checkpoint(command: str | None, profiles: ProfileSet | None = None) -
             if "iter" in c.groupindex and not rx.startswith("/"):
                 pats.append((c, p.id))
     best: tuple[int, str] | None = None
-    for d in checkpoint_dirs(command):
+    dirs = checkpoint_dirs(command)
+    if (cd := comment_checkpoint_dir(comment, comment_key)) is not None and cd not in dirs:
+        dirs.insert(0, cd)
+    for d in dirs:
         try:
             with os.scandir(d) as it:
                 names = [e.name for _, e in zip(range(MAX_ENTRIES), it, strict=False)]

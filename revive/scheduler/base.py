@@ -63,6 +63,11 @@ class Scheduler(Protocol):
         """``scontrol update JobId=<id> K=V …`` (e.g. ``ExcNodeList=node2``)."""
         ...
 
+    async def hold(self, job_id: str) -> list[str]:
+        """``scontrol hold <id>``: a pending job stays pending (priority 0) until ``release``.
+        Slurm refuses it on a job that already runs."""
+        ...
+
     async def release(self, job_id: str) -> list[str]:
         """``scontrol release <id>``."""
         ...

@@ -24,7 +24,7 @@ from revive.signals import SignalScope, scancel_argv
 __all__ = ["FakeScheduler", "RecordingScheduler", "MUTATING_METHODS"]
 
 MUTATING_METHODS = (
-    "drain_nodes", "resume_nodes", "requeue", "update_job", "release", "cancel", "submit", "signal_job",
+    "drain_nodes", "resume_nodes", "requeue", "update_job", "hold", "release", "cancel", "submit", "signal_job",
     "create_maintenance_window", "delete_maintenance_window",
 )
 _FINISHED = TERMINAL
@@ -163,6 +163,15 @@ class FakeScheduler:
         self._set_job(job, **changes)
         return ["scontrol", "update", f"JobId={job_id}", *(f"{k}={v}" for k, v in fields.items())]
 
+    async def hold(self, job_id: str) -> list[str]:
+        self.calls.append(("hold", {"job_id": str(job_id)}))
+        job = self._job(job_id)
+        argv = ["scontrol", "hold", str(job_id)]
+        if job.state != "PENDING":
+            raise SchedulerCommandError(argv, 1, f"Job {job_id} is not pending (Slurm holds only pending jobs)")
+        self._set_job(job, hold=True, reason="JobHeldAdmin")
+        return argv
+
     async def release(self, job_id: str) -> list[str]:
         self.calls.append(("release", {"job_id": str(job_id)}))
         job = self._job(job_id)
@@ -293,6 +302,10 @@ class RecordingScheduler:
     async def update_job(self, job_id: str, **fields: str) -> list[str]:
         self._record("update_job", {"job_id": str(job_id), **fields})
         return await self.inner.update_job(job_id, **fields)
+
+    async def hold(self, job_id: str) -> list[str]:
+        self._record("hold", {"job_id": str(job_id)})
+        return await self.inner.hold(job_id)
 
     async def release(self, job_id: str) -> list[str]:
         self._record("release", {"job_id": str(job_id)})

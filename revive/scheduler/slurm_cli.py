@@ -341,6 +341,11 @@ class SlurmCLI:
         await self._run(argv, job_id=str(job_id))
         return argv
 
+    async def hold(self, job_id: str) -> list[str]:
+        argv = ["scontrol", "hold", str(job_id)]
+        await self._run(argv, job_id=str(job_id))
+        return argv
+
     async def release(self, job_id: str) -> list[str]:
         argv = ["scontrol", "release", str(job_id)]
         await self._run(argv, job_id=str(job_id))

@@ -193,6 +193,9 @@ class SlurmREST:
     async def update_job(self, job_id: str, **fields: str) -> list[str]:
         return await self.cli.update_job(job_id, **fields)
 
+    async def hold(self, job_id: str) -> list[str]:
+        return await self.cli.hold(job_id)
+
     async def release(self, job_id: str) -> list[str]:
         return await self.cli.release(job_id)
 

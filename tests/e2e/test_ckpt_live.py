@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from temporalio import activity
 
+from activities.jobspec import JobSpecActivities
 from revive.decide.budgets import JobIncidentHistory
 from revive.models import (
     Action,
@@ -28,6 +29,7 @@ from revive.models import (
     RunbookInput,
     RunbookName,
     RunbookResult,
+    SaveJobSpecInput,
 )
 from revive.policy import RecoveryPolicy
 from revive.scheduler.fake import RecordingScheduler
@@ -93,11 +95,11 @@ def box(slurm_cluster, tmp_path):
 
 
 async def _runbook(env, cfg, job_id: str, log: str, category: Category, policy: RecoveryPolicy,
-                   checkpoint: int | None) -> tuple[RunbookResult, RecordingScheduler]:
+                   checkpoint: int | None, incident_id: str | None = None) -> tuple[RunbookResult, RecordingScheduler]:
     sched = RecordingScheduler(SlurmCLI.from_config(cfg))
     plan = Plan(action=Action.restart_in_place, recommended=Action.restart_in_place, runbook=RunbookName.restart_in_place,
                 rule="runbook:restart_in_place", needs_approval=False)
-    inp = RunbookInput(incident_id=f"{cfg.name}-{job_id}-{uuid.uuid4().hex[:6]}", cluster=cfg.name,
+    inp = RunbookInput(incident_id=incident_id or f"{cfg.name}-{job_id}-{uuid.uuid4().hex[:6]}", cluster=cfg.name,
                        job=JobIdentity(job_id=job_id, user="root", name=None, restart_count=0), plan=plan,
                        category=category, log_path=log, checkpoint_iteration=checkpoint, policy=policy)
     tq = f"ckpt-{uuid.uuid4().hex[:6]}"
@@ -191,3 +193,42 @@ exit 0
     assert sched.mutating_calls[1][1]["Dependency"] == f"afterok:{parent}"
     await box.until(child, lambda rs: rs[0].state == "COMPLETED", "dependent ran after the parent", timeout=90)
     assert box.show(parent)[0].state == "COMPLETED"
+
+
+async def test_afterok_dependent_of_a_resubmitted_parent_waits_for_the_new_job_and_runs_after_it(ts_env, box, tmp_path):
+    """The parent was submitted with --no-requeue and fails: requeue is impossible, so the runbook
+    resubmits it from the spec saved at detection. Its afterok dependent is held first (once the
+    old parent is purged Slurm drops the dependency and it would start), re-pointed at the new job
+    id and released: it still waits, and runs only after the new parent completed."""
+    done = tmp_path / "parent-ran-once"
+    parent_script = _LINES + f"""
+if [ ! -e {done} ]; then touch {done}; for i in 1 2 3 4 5 6 7 8 9 10 11; do it $i; [ $i = 10 ] && saved 10; done; exit 1; fi
+echo "$(ts) [rank 0 host $SLURMD_NODENAME] resumed from checkpoint at iteration 10"
+for i in $(seq 11 30); do it $i; sleep 0.3; done
+date +%s.%N > {tmp_path / "parent-end"}
+exit 0
+"""
+    parent = box.sbatch(parent_script, "--no-requeue", "--open-mode=append", "-o", str(tmp_path / "p-%j.out"))
+    child = box.sbatch(f"date +%s.%N > {tmp_path / 'child-start'}\necho child ran\n",
+                       f"--dependency=afterok:{parent}", "-o", str(tmp_path / "c-%j.out"))
+    await box.until(child, lambda rs: rs[0].reason == "DependencyNeverSatisfied", "dependent never satisfied")
+    incident = f"{box.cfg.name}-{parent}-{uuid.uuid4().hex[:6]}"
+    saved = await JobSpecActivities(SlurmCLI.from_config(box.cfg), Path(box.cfg.state_dir) / "jobspec").save_job_spec(
+        SaveJobSpecInput(incident_id=incident, cluster=box.cfg.name, job_id=parent))  # what gather saves
+    assert saved.saved, saved
+    res, sched = await _runbook(ts_env, box.cfg, parent, str(tmp_path / f"p-{parent}.out"), Category.crash, POLICY,
+                                10, incident_id=incident)
+    sub = next(a for a in res.actions if a.action == "resubmit")
+    new = sub.new_job_id
+    assert new and new != parent
+    box.jobs.append(new)
+    kinds = [(c[0], c[1].get("job_id")) for c in sched.mutating_calls]
+    assert kinds[:4] == [("hold", child), ("submit", None), ("update_job", child), ("release", child)], kinds
+    assert sched.mutating_calls[2][1]["Dependency"] == f"afterok:{new}"
+    assert f"re-pointed at job {new} and released: {child}" in sub.detail
+    assert res.outcome == IncidentOutcome.recovered, res.reason
+    recs = await box.until(child, lambda rs: rs[0].state == "COMPLETED", "dependent ran after the new parent",
+                           timeout=90)
+    assert recs[0].dependency in (None, "(null)", "") or new in (recs[0].dependency or "")
+    assert box.show(new)[0].state == "COMPLETED"
+    assert float((tmp_path / "child-start").read_text()) >= float((tmp_path / "parent-end").read_text())

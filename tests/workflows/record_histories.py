@@ -15,7 +15,7 @@ incident admits itself to its ``JobRecordWorkflow`` and reports its outcome ther
 ``apply_policy`` Updates, and the job record (one run fetched while running, one continued as new).
 v6ckpt (recorded on a parallel branch): the runbooks' ``save-before-requeue``, ``bad-checkpoint-loop``
 and ``dependents`` patches (``runbooks.steps``), plus a straggler that saves on SIGUSR1 and a crash
-whose ``afterok`` dependent is re-pointed. The next recording (code with both) uses v7.
+whose ``afterok`` dependent is re-pointed. v8ckpt: code with both, plus ``"suspect-checkpoint-needs-person"`` (incident) and ``"rollback-on-approval"`` (runbooks).
 
 ``rts1`` (``RTS_TAG``) records the return-to-service workflows only (``ReturnToServiceWorkflow`` and
 its ``NodeCheckWorkflow`` children: a passing check resumed in auto mode, a failing one, and a
@@ -57,7 +57,7 @@ from workflows.incident import IncidentWorkflow  # noqa: E402
 from workflows.job_record import JobRecordWorkflow  # noqa: E402
 
 OUT = ROOT / "tests" / "histories"
-TAG = "v7"
+TAG = "v8ckpt"
 """Bump when recording after a workflow change; keep older files: they must still replay."""
 
 

@@ -13,6 +13,7 @@ from datetime import timedelta
 import pytest
 from temporalio import activity
 
+from activities.rollback import load_record
 from revive.decide.budgets import JobIncidentHistory, PriorIncident
 from revive.models import (
     Action,
@@ -21,6 +22,7 @@ from revive.models import (
     IncidentOutcome,
     JobIdentity,
     JobRecord,
+    LoopVerdict,
     Plan,
     RunbookInput,
     RunbookName,
@@ -30,7 +32,7 @@ from revive.policy import RecoveryPolicy
 from runbooks import RUNBOOKS
 from tests.helpers.builders import T0, fake_cluster, job_log, resume_lines
 from tests.helpers.ckpt_logs import LIGHTNING_SAVED, bad_checkpoint_log, lightning_log
-from worker.main import build_worker
+from worker.main import build_worker, rollback_dir
 
 pytestmark = pytest.mark.temporal
 
@@ -196,3 +198,44 @@ async def test_requeued_parent_gets_its_afterok_dependent_waiting_again(ts_env, 
                                     ("update_job", {"job_id": "8", "Dependency": "afterok:7"})]
     assert sched.jobs["8"].dependency == "afterok:7(unfulfilled)"
     assert any(a.action.value == "dependents" and a.changed for a in res.actions)
+
+
+def _hf_dirs(tmp_path):
+    out = tmp_path / "hf-out"
+    for n in (10, 20):
+        (out / f"checkpoint-{n}").mkdir(parents=True)
+    return out
+
+
+async def test_approved_rollback_moves_the_suspect_checkpoint_aside_then_requeues(ts_env, tmp_path):
+    """A person approved resuming from checkpoint 10 instead of suspect 20 (HF layout): the runbook
+    moves checkpoint-20 aside (recorded with its undo), requeues, and the job resumes from 10."""
+    sched, cfg, log = _failed_with_dependent(tmp_path, bad_checkpoint_log(), restarts=1)
+    out = _hf_dirs(tmp_path)
+    sched._set_job(sched.jobs["7"], command=f"/x/train.sbatch --output_dir {out}")
+    verdict = LoopVerdict(suspect=20, previous=10, profile="hf_trainer", proposal="resume from checkpoint 10",
+                          detail="attempt 1 resumed from checkpoint 20 and failed")
+    inp = _input(log, RunbookName.restart_in_place, Category.crash, RecoveryPolicy(**POLICY), checkpoint=10,
+                 job=JOB1, rollback=verdict, rollback_approved_by="alice")
+    res = await _run(ts_env, sched, cfg, inp, during=lambda: _after_requeue(sched, log, resume_lines(10).replace("restart=1", "restart=2"), base=1))
+    assert res.outcome == IncidentOutcome.recovered, res.reason
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoint-10", "checkpoint-20.revive-suspect"]
+    rb = next(a for a in res.actions if a.action == "rollback_checkpoint")
+    assert "approved by alice" in rb.detail and f"revive checkpoint undo {inp.incident_id}" in rb.detail
+    assert [c[0] for c in sched.mutating_calls][:1] == ["requeue"]
+    rec = load_record(rollback_dir(cfg), inp.incident_id)
+    assert rec is not None and rec.completed and rec.plan.undo[0].dest == str(out / "checkpoint-20")
+
+
+async def test_approved_rollback_that_cannot_be_done_escalates_and_requeues_nothing(ts_env, tmp_path):
+    sched, cfg, log = _failed_with_dependent(tmp_path, bad_checkpoint_log(), restarts=1)
+    out = tmp_path / "hf-out"
+    (out / "checkpoint-20").mkdir(parents=True)  # checkpoint-10 was deleted since the verdict
+    sched._set_job(sched.jobs["7"], command=f"/x/train.sbatch --output_dir {out}")
+    verdict = LoopVerdict(suspect=20, previous=10, profile="hf_trainer", proposal="resume from checkpoint 10")
+    inp = _input(log, RunbookName.restart_in_place, Category.crash, RecoveryPolicy(**POLICY), checkpoint=10,
+                 job=JOB1, rollback=verdict)
+    res = await _run(ts_env, sched, cfg, inp)
+    assert res.outcome == IncidentOutcome.escalated and res.suspect_checkpoint == 20
+    assert "checkpoint-10 not found" in res.reason
+    assert sched.mutating_calls == [] and (out / "checkpoint-20").is_dir()

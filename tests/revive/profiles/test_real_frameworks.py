@@ -4,10 +4,11 @@ plus the checkpoints those jobs leave on disk (``revive.profiles.disk``)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from revive.profiles import Iteration, ProgressExtractor, summarize
-from revive.profiles.disk import checkpoint_dirs, newest_checkpoint
+from revive.profiles.disk import checkpoint_dirs, comment_checkpoint_dir, newest_checkpoint
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "progress"
 
@@ -66,3 +67,22 @@ def test_newest_checkpoint_is_none_for_missing_dirs_and_bad_commands(tmp_path):
     assert newest_checkpoint(f"train.sbatch --output-dir {tmp_path / 'nope'}") is None
     assert newest_checkpoint(f"train.sbatch --output-dir {tmp_path}") is None  # empty
     assert newest_checkpoint("train.sbatch --output-dir") is None
+
+
+def test_hf_checkpoint_dir_named_in_the_comment_json_under_the_opt_in_key(tmp_path):
+    """A job whose script takes no --output_dir argument (the path is in a config file) names its
+    checkpoint folder in its --comment, under the opt-in key's object."""
+    hf = tmp_path / "hf"
+    for n in ("checkpoint-40", "checkpoint-80"):
+        (hf / n).mkdir(parents=True)
+    comment = json.dumps({"revive": {"policy": "default", "checkpoint_dir": str(hf)}})
+    assert newest_checkpoint("/x/train.sbatch --config run.yaml", comment=comment) == (80, "hf_trainer")
+    assert comment_checkpoint_dir(json.dumps({"ml": {"checkpoint_dir": str(hf)}}), "ml") == str(hf)
+    assert newest_checkpoint("/x/train.sbatch", comment=json.dumps({"other": {"checkpoint_dir": str(hf)}})) is None
+
+
+def test_a_bad_comment_names_no_checkpoint_dir():
+    for bad in (None, "", "not json", "[1]", '{"revive": "x"}', '{"revive": {"checkpoint_dir": 3}}',
+                '{"revive": {"checkpoint_dir": "relative/path"}}', '{"revive": {"checkpoint_dir": "/a\\u0000b"}}',
+                json.dumps({"revive": {"checkpoint_dir": "/" + "a" * 9000}})):
+        assert comment_checkpoint_dir(bad) is None, bad
