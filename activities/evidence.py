@@ -123,7 +123,11 @@ class EvidenceActivities:
                 await run_blocking(self._log_window, b, data, inp)
         else:
             b.notes.append("no job log path known")
+        # the attempt's kernel lines: an earlier job's Xid on the node is not this fault's evidence
+        # (a StartTime in the future is Slurm's estimate for a pending job: read everything)
         since = b.job.start_time if b.job else None
+        if since is not None and (since if since.tzinfo else since.replace(tzinfo=UTC)) > datetime.now(UTC):
+            since = None
         for node in nodes:
             try:
                 got = await self.kernel.read(node, since=since)

@@ -19,8 +19,10 @@ for kernel logs and diagnostics).
 from __future__ import annotations
 
 import asyncio
+import re
+import time
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Protocol
 
@@ -113,11 +115,69 @@ class LocalLogs:
         self.follower.save()
 
 
-class LocalKernelLogs:
-    """``kernel_log.path_template`` on this machine (the local testbed, or a shared syslog)."""
+KERNEL_SINCE_SKEW_S = 2.0
+"""Seconds a kernel line may be stamped before ``since`` and still be kept (clock skew between the
+node's syslog and the scheduler's StartTime)."""
+_SYSLOG_TS = re.compile(r"^(?P<mon>[A-Z][a-z]{2}) {1,2}(?P<day>\d{1,2}) (?P<hms>\d\d:\d\d:\d\d)\b")
+_ISO_TS = re.compile(r"^(?P<ts>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?)")
+_MONTHS = {m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct",
+                                       "Nov", "Dec"), 1)}
 
-    def __init__(self, template: str | None) -> None:
+
+def line_time(line: str, ref: datetime, utc_offset_s: int) -> datetime | None:
+    """The UTC instant a kernel-log line is stamped with, or None (no stamp we know). Syslog's
+    ``Mon DD HH:MM:SS`` (RFC 3164: no year, no zone) is read in the zone ``utc_offset_s`` with
+    ``ref``'s year (the year before when that lands more than a day after ``ref``); ISO 8601
+    stamps (``journalctl -o short-iso``, rsyslog's high-precision format) without a zone likewise."""
+    zone = timezone(timedelta(seconds=utc_offset_s))
+    m = _SYSLOG_TS.match(line)
+    if m:
+        mon = _MONTHS.get(m.group("mon"))
+        if mon is None:
+            return None
+        try:
+            h, mi, se = (int(x) for x in m.group("hms").split(":"))
+            t = datetime(ref.year, mon, int(m.group("day")), h, mi, se, tzinfo=zone)
+        except ValueError:
+            return None
+        if t > ref + timedelta(days=1):
+            t = t.replace(year=t.year - 1)
+        return t.astimezone(UTC)
+    m = _ISO_TS.match(line)
+    if m:
+        try:
+            t = datetime.fromisoformat(m.group("ts").replace("Z", "+00:00"))
+        except ValueError:
+            return None
+        return (t if t.tzinfo else t.replace(tzinfo=zone)).astimezone(UTC)
+    return None
+
+
+def lines_since(lines: list[str], since: datetime | None, utc_offset_s: int) -> list[str]:
+    """``lines`` without those stamped before ``since`` (less ``KERNEL_SINCE_SKEW_S``): an Xid from
+    before the attempt started (an earlier job's fault, already handled) is not this incident's
+    evidence. Lines without a stamp we know are kept."""
+    if since is None:
+        return lines
+    ref = since if since.tzinfo else since.replace(tzinfo=UTC)
+    cut = ref - timedelta(seconds=KERNEL_SINCE_SKEW_S)
+    out = []
+    for x in lines:
+        t = line_time(x, ref, utc_offset_s)
+        if t is None or t >= cut:
+            out.append(x)
+    return out
+
+
+class LocalKernelLogs:
+    """``kernel_log.path_template`` on this machine (the local testbed, or a shared syslog).
+    ``read(node, since)`` keeps the lines stamped at or after ``since`` (``lines_since``); stamps
+    without a zone are read in ``utc_offset_s`` (default: this machine's zone — syslog writes
+    local time)."""
+
+    def __init__(self, template: str | None, utc_offset_s: int | None = None) -> None:
         self.template = template
+        self.utc_offset_s = time.localtime().tm_gmtoff if utc_offset_s is None else utc_offset_s
 
     async def read(self, node: str, since: datetime | None = None) -> KernelLogLines:
         if not self.template:
@@ -136,7 +196,8 @@ class LocalKernelLogs:
             return KernelLogLines(node, [], True, f"{path} does not exist (no kernel lines yet)")
         except OSError as e:
             return KernelLogLines(node, [], False, f"kernel log of {node} unreadable: {e.strerror or e}")
-        return KernelLogLines(node, data.decode("utf-8", "replace").replace("\x00", "").splitlines())
+        lines = data.decode("utf-8", "replace").replace("\x00", "").splitlines()
+        return KernelLogLines(node, lines_since(lines, since, self.utc_offset_s))
 
     async def close(self) -> None:
         return None
