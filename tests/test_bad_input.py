@@ -87,7 +87,8 @@ def test_cli_explain_and_backtest_survive_a_corrupt_audit_file(tmp_path):
     audit = tmp_path / "audit.jsonl"
     audit.write_text('garbage\n[1,2]\n"str"\n{"incident_id": "i1", "result": 5}\n')
     cfg = tmp_path / "c.yaml"
-    cfg.write_text(f"name: x\naudit_file: {audit}\nstate_dir: {tmp_path}\n")
+    # Temporal unreachable, whatever runs on this machine's default port (the open-incident fallback)
+    cfg.write_text(f"name: x\naudit_file: {audit}\nstate_dir: {tmp_path}\ntemporal: {{address: '127.0.0.1:1'}}\n")
     p = revive("explain", "i2", "--config", str(cfg))
     assert_clean_error(p, 2)
     assert "no closed incident" in p.stderr
