@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from temporalio import activity
 
 from activities.blocking import run_blocking
 from revive import metrics as rm
+from revive.appendfile import append_line
 from revive.models import AuditRecord
 
 
@@ -31,12 +31,6 @@ class AuditActivities:
                 f.seek(max(0, f.tell() - 4 * 1024 * 1024))
                 if key.encode() in f.read():
                     return str(self.audit_file)
-        line = rec.model_dump_json() + "\n"
-        fd = os.open(self.audit_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
-        try:
-            os.write(fd, line.encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        append_line(self.audit_file, rec.model_dump_json() + "\n")
         rm.observe_incident_closed(rec.result, rec.mode)  # after the fsync: counted once it is durable
         return str(self.audit_file)

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import shlex
 import time
 from datetime import UTC, datetime
@@ -44,6 +43,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from activities.blocking import run_blocking, with_heartbeats
 from revive import ids
 from revive import metrics as rm
+from revive.appendfile import append_line
 from revive.decide.breaker import GuardState
 from revive.decide.rts import (
     Candidate,
@@ -255,16 +255,7 @@ class HealthActivities:
         path = self.audit_file.with_name(CHECKS_FILE)
         line = json.dumps({"kind": "node_check", **res.model_dump(mode="json")}) + "\n"
 
-        def write() -> None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
-            try:
-                os.write(fd, line.encode())
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-
-        await run_blocking(write)
+        await run_blocking(append_line, path, line)
 
 
 __all__ = ["CHECKS_FILE", "HealthActivities"]

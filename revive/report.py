@@ -28,7 +28,6 @@ Definitions (all times UTC; an incident falls in the period and partition of its
 from __future__ import annotations
 
 import json
-import os
 import re
 import statistics
 from collections import defaultdict
@@ -37,6 +36,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+
+from revive.appendfile import append_line
 
 RESUMES_FILE = "node-resumes.jsonl"
 
@@ -332,14 +333,7 @@ def record_resume(audit_file: str | Path, node: str, drain_reason: str | None, p
     iid = incident_id or iid
     line = json.dumps({"kind": "node_resume", "node": node, "at": (at or datetime.now(UTC)).isoformat(),
                        "drain_reason": reason, "incident_id": iid}) + "\n"
-    path = resumes_path(audit_file)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
-    try:
-        os.write(fd, line.encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    append_line(resumes_path(audit_file), line)
 
 
 def read_resumes(audit_file: str | Path) -> list[dict]:

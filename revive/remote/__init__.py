@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from revive.appendfile import append_line
 from revive.errors import ReviveError
 
 __all__ = [
@@ -149,13 +150,7 @@ def _fingerprint(key) -> str:
 def _pin(endpoint: SSHEndpoint, key) -> None:
     path = endpoint.known_hosts_path
     line = f"{endpoint.host_pattern} {key.export_public_key('openssh').decode().strip()}\n"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    try:
-        os.write(fd, line.encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    append_line(path, line, mode=0o600)
 
 
 async def connect(endpoint: SSHEndpoint, tunnel: Any = None):
