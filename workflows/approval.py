@@ -10,11 +10,12 @@ wins. The rules themselves are pure (``revive.decide.approval``).
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from revive.decide.approval import decision_problem
+    from revive.decide.approval import decision_problem, parse_decision
     from revive.models import Decision
 
 
@@ -30,6 +31,38 @@ class ApprovalGate:
     def problem(self, d: object) -> str | None:
         """Why ``d`` cannot be accepted now, or None. Pure: used by the Update validator."""
         return decision_problem(d, self.approvers, self.decision, self.open, now=workflow.now())
+
+    # The ``decide`` handlers of every workflow with a gate (raw ``*args``: any payload count or
+    # shape is decoded as plain JSON, so none can fail a workflow task).
+    @staticmethod
+    def parse(args: tuple[Any, ...]) -> Decision | str:
+        """One raw ``decide`` payload → ``Decision``, or why it is not one."""
+        if len(args) != 1:
+            return f"expected one payload {{decision, approver, note}}, got {len(args)}"
+        return parse_decision(args[0])
+
+    def check_update(self, args: tuple[Any, ...]) -> None:
+        """The ``decide`` Update's validator: raises ``ValueError`` with the reason (no event written)."""
+        d = self.parse(args)
+        why = d if isinstance(d, str) else self.problem(d)
+        if why:
+            raise ValueError(why)
+
+    def take_update(self, args: tuple[Any, ...]) -> str:
+        """The ``decide`` Update's body (after the validator): accept, and say so."""
+        d = self.parse(args)
+        if isinstance(d, str):  # the validator refused it already; never reached
+            raise ValueError(d)
+        self.offer(d)
+        return f"{d.decision} accepted from {d.approver}"
+
+    def take_signal(self, args: tuple[Any, ...]) -> None:
+        """The ``decide`` Signal: it cannot be refused, so an invalid payload is recorded and ignored."""
+        d = self.parse(args)
+        if isinstance(d, str):
+            self.ignored.append(f"invalid decide signal: {d}")
+            return
+        self.offer(d)
 
     def offer(self, d: Decision) -> bool:
         """Accept ``d`` if valid; otherwise record why it was ignored. Returns accepted."""

@@ -23,7 +23,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.remediation import RemediationActivities
     from revive import card, ids, retry
     from revive import search_attributes as sa
-    from revive.decide.approval import needs_person, parse_decision
+    from revive.decide.approval import needs_person
     from revive.decide.breaker import DrainGrant, DrainGrantInput
     from revive.decide.budgets import JobIncidentHistory
     from revive.decide.jobrecord import AdmitAnswer, AdmitIncidentInput, AdmitInput, ReportInput
@@ -35,7 +35,6 @@ with workflow.unsafe.imports_passed_through():
         ActionKind,
         Attribution,
         AuditRecord,
-        Decision,
         DecisionKind,
         EvidenceBundle,
         GatherEvidenceInput,
@@ -423,34 +422,17 @@ class IncidentWorkflow:
     @workflow.update
     def decide(self, *args: Any) -> str:
         """Approve or reject the plan: ``{"decision": "approve"|"reject", "approver": "...", "note": "..."}``."""
-        d = self._decision(args)
-        if isinstance(d, str):  # the validator refused it already; never reached
-            raise ValueError(d)
-        self._gate.offer(d)
-        return f"{d.decision} accepted from {d.approver}"
+        return self._gate.take_update(args)
 
     @decide.validator
     def _validate_decide(self, *args: Any) -> None:
-        d = self._decision(args)
-        why = d if isinstance(d, str) else self._gate.problem(d)
-        if why:
-            raise ValueError(why)
+        self._gate.check_update(args)
 
     @workflow.signal(name="decide")
     def decide_signal(self, *args: Any) -> None:
         """Same payload as the Update, for the Web UI and ``temporal workflow signal``. A signal
         cannot be refused, so a payload that is not a valid decision is recorded and ignored."""
-        d = self._decision(args)
-        if isinstance(d, str):
-            self._gate.ignored.append(f"invalid decide signal: {d}")
-            return
-        self._gate.offer(d)
-
-    @staticmethod
-    def _decision(args: tuple[Any, ...]) -> Decision | str:
-        if len(args) != 1:
-            return f"expected one payload {{decision, approver, note}}, got {len(args)}"
-        return parse_decision(args[0])
+        self._gate.take_signal(args)
 
     @workflow.signal(name="add_trigger")
     def add_trigger(self, *args: Any) -> None:

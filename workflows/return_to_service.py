@@ -45,7 +45,6 @@ with workflow.unsafe.imports_passed_through():
     from activities.health import HealthActivities
     from revive import ids, retry
     from revive import search_attributes as sa
-    from revive.decide.approval import parse_decision
     from revive.decide.rts import (
         Candidate,
         CheckVerdict,
@@ -63,7 +62,7 @@ with workflow.unsafe.imports_passed_through():
         repeat_offender,
     )
     from revive.decide.settings import ModeQuery
-    from revive.models import Category, Decision, DecisionKind, NotifyEvent, NotifyInput
+    from revive.models import Category, DecisionKind, NotifyEvent, NotifyInput
     from revive.policy import ExpiryAction, Mode
     from workflows.approval import ApprovalGate
 
@@ -208,33 +207,16 @@ class NodeCheckWorkflow:
     @workflow.update
     def decide(self, *args: Any) -> str:
         """Approve or reject the resume: ``{"decision": "approve"|"reject", "approver": "...", "note": "..."}``."""
-        d = self._decision(args)
-        if isinstance(d, str):
-            raise ValueError(d)
-        self._gate.offer(d)
-        return f"{d.decision} accepted from {d.approver}"
+        return self._gate.take_update(args)
 
     @decide.validator
     def _validate_decide(self, *args: Any) -> None:
-        d = self._decision(args)
-        why = d if isinstance(d, str) else self._gate.problem(d)
-        if why:
-            raise ValueError(why)
+        self._gate.check_update(args)
 
     @workflow.signal(name="decide")
     def decide_signal(self, *args: Any) -> None:
         """Same payload as the Update; an invalid one is recorded and ignored."""
-        d = self._decision(args)
-        if isinstance(d, str):
-            self._gate.ignored.append(f"invalid decide signal: {d}")
-            return
-        self._gate.offer(d)
-
-    @staticmethod
-    def _decision(args: tuple[Any, ...]) -> Decision | str:
-        if len(args) != 1:
-            return f"expected one payload {{decision, approver, note}}, got {len(args)}"
-        return parse_decision(args[0])
+        self._gate.take_signal(args)
 
     @workflow.query
     def status(self) -> dict[str, object]:
