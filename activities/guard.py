@@ -9,7 +9,8 @@ methods on the worker::
            activities=[ga.request_drain_grant, ga.incident_history, ...])
 
 Activity names: ``request_drain_grant``, ``incident_history`` (visibility; the fallback),
-``admit_incident`` and ``report_job_outcome`` (the per-job record, ``JobRecordWorkflow``),
+``admit_incident`` (the per-job record, ``JobRecordWorkflow``, and the guard's per-node incident
+records) and ``report_job_outcome`` (the per-job record),
 ``read_guard_mode`` (the mode the guard holds) and ``read_guard_policy`` (for the monitor).
 
 Plain functions for the CLI and the monitor: ``update_guard_settings`` (the ``set_mode`` /
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio import activity
@@ -39,10 +40,18 @@ from revive.decide.budgets import (
     history_from_priors,
     prior_from_result,
 )
+from revive.decide.budgets import PriorIncident as JobPrior
 from revive.decide.jobrecord import AdmitAnswer, AdmitIncidentInput, JobRecordInput, ReportInput
+from revive.decide.offenders import MAX_NODES, NodeIncidentsAnswer, NoteNodesInput
 from revive.decide.settings import GuardSettings, ModeAnswer, ModeQuery, SettingsAnswer, effective_mode
 from revive.errors import ReviveError
 from revive.models import Category, Domain, IncidentHistoryInput, IncidentResult, PriorIncident
+
+GUARD_NOTE_TIMEOUT_S = 15.0
+"""Seconds the ``note_node_incidents`` Update may take before the guard counts as unreachable (no
+worker runs it, its task keeps failing): the node incidents then come from visibility, with a note."""
+DEFAULT_REPEAT_WINDOW = timedelta(hours=24)
+"""``RepeatOffenderPolicy.window``'s default, used when the activity's input carries no window."""
 
 UPDATE_RETRIES = 8
 """Attempts of an Update refused with ``RESOURCE_EXHAUSTED`` (too many in flight on one workflow;
@@ -194,9 +203,16 @@ class GuardActivities:
 
         Fallback for jobs whose earlier incidents predate the record: when the record does not
         exist yet, the job's closed incidents are read through visibility (as ``incident_history``
-        does) and sent as ``seed`` (used once). Recent incidents on the candidate nodes (repeat
-        offenders, any job) are still read through visibility. Errors: as ``incident_history``;
-        ``WorkflowUpdateFailedError`` → non-retryable ``ApplicationError`` (a refused admit).
+        does) and sent as ``seed`` (used once).
+
+        Repeat offenders (incidents of any job on the candidate nodes): the incident's culprit
+        nodes are noted in the cluster's guard and the guard answers the other incidents on the
+        nodes in the same Update (``note_node_incidents``), so an incident noted a second ago
+        counts. Visibility is read only for the part of the window older than the guard's records
+        (``known_since``), or for all of it when the guard does not answer within
+        ``GUARD_NOTE_TIMEOUT_S`` or refuses (then ``history.notes`` says so). Errors: as
+        ``incident_history``; ``WorkflowUpdateFailedError`` from the record → non-retryable
+        ``ApplicationError`` (a refused admit).
         """
         a, h = inp.admit, inp.history
         wid = ids.job_record_id(a.cluster, a.job_id, self.task_queue)
@@ -222,8 +238,63 @@ class GuardActivities:
         except WorkflowUpdateFailedError as e:
             raise ApplicationError(f"job record refused the admit: {getattr(e.cause, 'message', e)}",
                                    type="JobRecordRefused", non_retryable=True) from None
-        if h.nodes:
-            answer.history.node_incidents = (await self._visibility(h)).node_incidents
+        if h.nodes or inp.culprit_nodes:
+            found, notes = await self._node_incidents(inp)
+            answer.history.node_incidents = found
+            answer.history.notes.extend(notes)
+        return answer
+
+    async def _node_incidents(self, inp: AdmitIncidentInput) -> tuple[list[JobPrior], list[str]]:
+        """Other incidents on the candidate nodes within the window → ``(priors, notes)``: the
+        guard's records (the culprits noted for this incident first), plus visibility for what
+        the guard does not cover. Raises what visibility raises when it is needed and fails."""
+        a, h = inp.admit, inp.history
+        window = inp.repeat_window
+        if window is None and h.nodes_since_iso:
+            try:
+                window = a.now - datetime.fromisoformat(h.nodes_since_iso.replace("Z", "+00:00"))
+            except (ValueError, TypeError):
+                window = None
+        window = window if window is not None and window > timedelta(0) else DEFAULT_REPEAT_WINDOW
+        note = NoteNodesInput(
+            cluster=a.cluster, incident_id=a.incident_id, job_id=a.job_id, category=a.category,
+            culprit_nodes=list(dict.fromkeys(inp.culprit_nodes))[:64],
+            nodes=list(dict.fromkeys(h.nodes))[:MAX_NODES], window=window, now=a.now)
+
+        notes: list[str] = []
+        priors: list[JobPrior] = []
+        covered = False
+        try:
+            ans = await asyncio.wait_for(self._note_in_guard(note), GUARD_NOTE_TIMEOUT_S)
+            priors = [JobPrior(incident_id=r.incident_id, job_id=r.job_id, category=r.category,
+                                    culprit_nodes=list(r.nodes), closed_at=r.at) for r in ans.incidents]
+            covered = ans.known_since <= a.now - window
+        except WorkflowUpdateFailedError as e:
+            notes.append(f"guard refused the node incidents note ({getattr(e.cause, 'message', e)}): "
+                         "repeat offenders from visibility only")
+        except (RPCError, TimeoutError) as e:
+            notes.append(f"guard unreachable ({type(e).__name__}: {str(e)[:200]}): "
+                         "repeat offenders from visibility only")
+        for n in notes:
+            activity.logger.warning("incident %s: %s", a.incident_id, n)
+        if covered:
+            return priors, notes
+        since = (a.now - window).isoformat()
+        asked = list(dict.fromkeys([*h.nodes, *note.culprit_nodes]))
+        older = (await self._visibility(h.model_copy(update={"nodes": asked, "nodes_since_iso": since}))).node_incidents
+        have = {p.incident_id for p in priors}
+        return [*[p for p in older if p.incident_id not in have], *priors], notes
+
+    async def _note_in_guard(self, note: NoteNodesInput) -> NodeIncidentsAnswer:
+        """The guard's ``note_node_incidents`` Update (update-with-start, retried on
+        ``RESOURCE_EXHAUSTED``). Raises ``RPCError`` / ``WorkflowUpdateFailedError``."""
+        async def call() -> NodeIncidentsAnswer:
+            got: NodeIncidentsAnswer = await self.client.execute_update_with_start_workflow(
+                ids.GUARD_NOTE_NODES, note, start_workflow_operation=_guard_start(note.cluster, self.task_queue),
+                result_type=NodeIncidentsAnswer)
+            return got
+
+        answer: NodeIncidentsAnswer = await _with_backoff(call)
         return answer
 
     async def _visibility(self, h: IncidentHistoryInput) -> JobIncidentHistory:

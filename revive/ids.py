@@ -49,6 +49,9 @@ JOB_RECORD_REPORT = "report"
 GUARD_SET_MODE = "set_mode"
 GUARD_APPLY_POLICY = "apply_policy"
 GUARD_SETTINGS_QUERY = "settings"
+GUARD_NOTE_NODES = "note_node_incidents"
+"""The guard's Update that records an incident's culprit nodes and answers the other incidents on
+them (``revive.decide.offenders``)."""
 INCIDENT_ADD_TRIGGER = "add_trigger"
 """The incident's Update (and, for old senders, Signal) that records a later trigger."""
 

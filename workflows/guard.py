@@ -22,6 +22,12 @@ Mode and policy (``revive.decide.settings``) live here too, changed by two Updat
 - ``apply_policy`` (``PolicyApply``): a policy document validated by ``parse_policy``; stored as
   the next ``policy_version`` (``revive policy apply``).
 
+Repeat offenders per node (``revive.decide.offenders``): the ``note_node_incidents`` Update
+(``NoteNodesInput``, one raw payload, validated) records an incident's culprit nodes once per
+incident id and answers, in the same synchronous step, the other incidents that blamed the asked
+nodes within the policy's window — the incident's budget check reads them from here (through the
+``admit_incident`` activity), not from visibility.
+
 The ``settings`` query answers both (incidents read the mode through the ``read_guard_mode``
 activity; the monitor reads the policy through ``GuardActivities.read_policy``).
 
@@ -48,6 +54,7 @@ with workflow.unsafe.imports_passed_through():
         GuardState,
         evaluate_drain,
     )
+    from revive.decide.offenders import NodeIncidentsAnswer, NoteNodesInput, note_and_answer, prune
     from revive.decide.settings import (
         GuardSettings,
         ModeChange,
@@ -168,6 +175,25 @@ class ClusterGuardWorkflow:
     @apply_policy.validator
     def _validate_apply_policy(self, raw: object) -> None:
         PolicyApply.model_validate(raw).parsed()  # ConfigError lists the invalid fields
+
+    # ---- repeat offenders per node ----------------------------------------------------------------
+    @workflow.update(name="note_node_incidents")
+    def note_node_incidents(self, raw: object) -> NodeIncidentsAnswer:
+        """Record the incident's culprit nodes (idempotent per incident id) and answer the other
+        incidents on the asked nodes within the window (``revive.decide.offenders.note_and_answer``)."""
+        inp = NoteNodesInput.model_validate(raw)
+        st = self._state
+        kept, since = prune(st.node_incidents, st.node_incidents_since, inp.now)
+        st.node_incidents, answer = note_and_answer(kept, since, inp)
+        st.node_incidents_since = since
+        self._requests_this_run += 1
+        return answer
+
+    @note_node_incidents.validator
+    def _validate_note_nodes(self, raw: object) -> None:
+        inp = NoteNodesInput.model_validate(raw)  # pydantic's ValidationError names the field
+        if inp.cluster != self._state.cluster:
+            raise ValueError(f"wrong guard: note for cluster {inp.cluster!r}, guard of {self._state.cluster!r}")
 
     @workflow.query
     def settings(self) -> GuardSettings:

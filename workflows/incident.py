@@ -230,7 +230,9 @@ class IncidentWorkflow:
                                      attempt=inp.attempt, family=inp.fault_family[:64], category=a.category,
                                      root_signature=root, checkpoint_iteration=inp.checkpoint_iteration,
                                      job_submit_time=inp.job_submit_time, now=workflow.now()),
-                    history=hist_in),
+                    history=hist_in,
+                    # input only (no command change): repeat offenders from the guard's records
+                    culprit_nodes=list(a.culprit_nodes)[:64], repeat_window=inp.policy.repeat_offender.window),
                 start_to_close_timeout=retry.SHORT, retry_policy=retry.READ_ONLY, summary="admit to job record",
             )
             self._admitted = True

@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 
 from pydantic import BaseModel, Field
 
+from revive.decide.offenders import NodeIncident
 from revive.decide.settings import GuardSettings
 from revive.policy import BreakerPolicy
 
@@ -68,6 +69,10 @@ class GuardState(BaseModel):
     requests: int = 0
     settings: GuardSettings | None = None
     """Mode and policy set by operators (``revive.decide.settings``); None before the first change."""
+    node_incidents: list[NodeIncident] = Field(default_factory=list)
+    """Incidents that blamed nodes, oldest first (``revive.decide.offenders``: repeat offenders)."""
+    node_incidents_since: datetime | None = None
+    """The guard holds every incident noted since then (UTC); None before the first note."""
 
 
 class GuardInput(BaseModel):

@@ -80,6 +80,9 @@ class JobIncidentHistory(BaseModel):
     prior: list[PriorIncident] = Field(default_factory=list)
     requeues: int = 0
     node_incidents: list[PriorIncident] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+    """Where the history could not be read as designed (e.g. the guard did not answer and the
+    node incidents came from visibility only); recorded in the incident's history."""
 
 
 def prior_from_result(result: IncidentResult, job_id: str | None = None) -> PriorIncident:

@@ -188,7 +188,15 @@ __all__ = [
 
 class AdmitIncidentInput(BaseModel):
     """Input of the ``admit_incident`` activity: the admit, and the visibility read it falls back
-    to (the job's incidents closed before the record existed; recent incidents on the nodes)."""
+    to (the job's incidents closed before the record existed; incidents on the nodes older than
+    the guard's records, or all of them when the guard cannot answer).
+
+    ``culprit_nodes`` (the attribution's) are noted in the cluster's guard for this incident, and
+    the guard answers the other incidents on ``history.nodes`` and the culprits within
+    ``repeat_window`` (``policy.repeat_offender.window``; None: from ``history.nodes_since_iso``).
+    """
 
     admit: AdmitInput
     history: IncidentHistoryInput
+    culprit_nodes: list[str] = Field(default_factory=list, max_length=64)
+    repeat_window: timedelta | None = None
