@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 from temporalio import activity
 
-from activities.blocking import run_blocking
+from activities.blocking import run_blocking, with_heartbeats
 from revive import chaos
 from revive.config import GpuSignals
 from revive.errors import JobNotFound, ReviveError, SchedulerError
@@ -92,8 +92,15 @@ class EvidenceActivities:
 
     @activity.defn(name="gather_evidence")
     async def gather_evidence(self, inp: GatherEvidenceInput) -> EvidenceBundle:
-        """Collect the bundle for ``inp.job_id``. Never raises for unreadable sources."""
+        """Collect the bundle for ``inp.job_id``. Never raises for unreadable sources.
+
+        Heartbeats every ``activities.blocking.HEARTBEAT_EVERY_S`` while it waits (settle time,
+        scheduler, logs, GPU probes): the incident sets a short heartbeat timeout, so a killed
+        worker's gather is retried within seconds instead of after its start-to-close timeout."""
         chaos.point(chaos.Point.gather)  # test-only kill point: inert unless REVIVE_CHAOS_HOOK names it
+        return await with_heartbeats(self._gather_evidence(inp))
+
+    async def _gather_evidence(self, inp: GatherEvidenceInput) -> EvidenceBundle:
         if inp.settle_s > 0:
             await asyncio.sleep(inp.settle_s)  # let a dying job finish writing its last lines
         b = EvidenceBundle(trigger=inp.trigger, ip_to_node=self.ip_to_node,

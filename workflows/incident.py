@@ -78,6 +78,12 @@ PATCH_SUSPECT_NEEDS_PERSON = "suspect-checkpoint-needs-person"
 """Before the gate, a requeueing plan is checked for a bad-checkpoint loop (``runbooks.steps.
 bad_checkpoint``); when the layout allows resuming from the previous checkpoint, the plan needs a
 person even in auto mode ("checkpoint N suspect"), and on approval the runbook performs the step."""
+GATHER_HEARTBEAT = timedelta(seconds=15)
+"""Heartbeat timeout of ``gather_evidence`` (it heartbeats every 5 s): a worker killed while gathering
+has its gather retried after ~15 s, not after the 2-minute start-to-close."""
+NOTIFY_HEARTBEAT = timedelta(seconds=15)
+"""Heartbeat timeout of ``notify`` (it heartbeats every 5 s): a worker killed while notifying costs
+the incident ~15 s, not the 60 s start-to-close (notifications are best effort)."""
 MAX_TRIGGER_PAYLOAD = 4096
 """Characters of one ``add_trigger`` payload accepted by the Update (the kept text is capped further
 by ``revive.logline.cap_line``)."""
@@ -169,7 +175,9 @@ class IncidentWorkflow:
             EvidenceActivities.gather_evidence,
             GatherEvidenceInput(incident_id=inp.incident_id, cluster=inp.cluster, job_id=inp.job.job_id,
                                 trigger=inp.trigger, log_path=inp.log_path, nodes=inp.nodes, attempt=inp.attempt),
-            start_to_close_timeout=timedelta(minutes=2), retry_policy=retry.READ_ONLY, summary="gather evidence",
+            # the activity heartbeats (timeouts change no command: histories replay)
+            start_to_close_timeout=timedelta(minutes=2), heartbeat_timeout=GATHER_HEARTBEAT,
+            retry_policy=retry.READ_ONLY, summary="gather evidence",
         )
 
     async def _save_job_spec(self, inp: IncidentInput) -> None:
@@ -335,7 +343,9 @@ class IncidentWorkflow:
                                   nodes=(plan.drain_nodes + plan.exclude_nodes) if plan else [],
                                   at=workflow.now(), link=inp.ui_url),
                 webhooks=inp.policy.notify.webhooks, timeout_s=inp.policy.notify.timeout.total_seconds()),
-            start_to_close_timeout=timedelta(seconds=60), retry_policy=retry.PROBE, summary=f"notify {event}",
+            # the activity heartbeats (timeouts change no command: histories replay)
+            start_to_close_timeout=timedelta(seconds=60), heartbeat_timeout=NOTIFY_HEARTBEAT,
+            retry_policy=retry.PROBE, summary=f"notify {event}",
         )
 
     async def _close(self, outcome: IncidentOutcome, reason: str, runbook: RunbookResult | None = None) -> IncidentResult:

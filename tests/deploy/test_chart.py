@@ -115,8 +115,14 @@ def test_default_objects():
         ("ServiceAccount", "rv-revive"),
     ]
     worker = one(objs, "Deployment", "rv-revive-worker")
-    assert container(worker)["args"] == ["worker", "--config", f"{CONFIG_DIR}/cluster.yaml"]
+    # --policy: the worker creates/updates the return-to-service Schedule from it
+    assert container(worker)["args"] == ["worker", "--config", f"{CONFIG_DIR}/cluster.yaml",
+                                         "--policy", f"{CONFIG_DIR}/policy.yaml"]
     assert "command" not in container(worker)  # the image's entrypoint is `revive`
+    cm = one(objs, "ConfigMap", "rv-revive-config")
+    assert "policy.yaml" in cm["data"]  # the file the worker's --policy names, in its mounted config dir
+    mounted = {m["mountPath"] for m in container(worker)["volumeMounts"]}
+    assert CONFIG_DIR in mounted
     (mon,) = monitors(objs)
     assert mon["spec"]["replicas"] == 1
     assert container(mon)["args"] == ["monitor", "--config", f"{CONFIG_DIR}/cluster.yaml",
@@ -451,7 +457,7 @@ def test_in_pod_munged_wrapper_starts_munged_then_execs_revive():
         out = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
         log = (run / "munged.log").read_text() if (run / "munged.log").exists() else ""
         assert out.returncode == 0, out.stdout + out.stderr + log
-        assert f"ARGS: worker --config {CONFIG_DIR}/cluster.yaml" in out.stdout
+        assert f"ARGS: worker --config {CONFIG_DIR}/cluster.yaml --policy {CONFIG_DIR}/policy.yaml" in out.stdout
         assert "STATUS:          Success (0)" in out.stdout, out.stdout + log
     finally:
         if (base / "run" / "munge.socket.2").exists():

@@ -143,7 +143,9 @@ def test_no_inline_secret(compose):
 
 def test_revive_processes(compose):
     s = compose["services"]
-    assert s["worker"]["command"] == ["worker", "--config", "/etc/revive/config/cluster.yaml"]
+    # --policy: the worker creates/updates the return-to-service Schedule from it
+    assert s["worker"]["command"] == ["worker", "--config", "/etc/revive/config/cluster.yaml",
+                                      "--policy", "/etc/revive/config/policy.yaml"]
     assert s["monitor"]["command"][:5] == ["monitor", "--config", "/etc/revive/config/cluster.yaml",
                                            "--policy", "/etc/revive/config/policy.yaml"]
     assert s["temporal"]["command"][0] == "server"
@@ -152,7 +154,9 @@ def test_revive_processes(compose):
         assert s[svc]["depends_on"]["temporal"]["condition"] == "service_healthy"
         targets = {c["target"] for c in s[svc]["configs"]}
         assert "/etc/revive/config/cluster.yaml" in targets
-    assert {c["source"] for c in s["monitor"]["configs"]} == {"cluster", "policy"}
+    for svc in ("worker", "monitor"):
+        assert {(c["source"], c["target"]) for c in s[svc]["configs"]} == {
+            ("cluster", "/etc/revive/config/cluster.yaml"), ("policy", "/etc/revive/config/policy.yaml")}
     anchor = compose["x-revive"]
     assert anchor["read_only"] is True and anchor["cap_drop"] == ["ALL"]
     assert anchor["user"] != "0" and "root" not in str(anchor["user"])

@@ -40,6 +40,7 @@ REVIVE_METRICS = {
     "revive_drains_total", "revive_resumes_total", "revive_breaker_open", "revive_approvals_pending",
     "revive_oldest_approval_age_seconds", "revive_monitor_lag_bytes", "revive_monitor_poll_seconds",
     "revive_scheduler_call_seconds", "revive_jobs_watched",
+    "revive_false_isolations_total", "revive_rts_checks_total",
 }
 
 
@@ -110,6 +111,9 @@ def test_alerts_required_by_operations():
     by = {a["alert"]: a for a in alerts()}
     assert 'outcome!="recovered"' in by["ReviveRecoveryFailing"]["expr"]
     assert 'up{component="worker"} == 0' in by["ReviveWorkerDown"]["expr"]
+    # return to service (issue #12): drains that a health check found healthy, and failing checks
+    assert "revive_false_isolations_total" in by["ReviveFalseIsolations"]["expr"]
+    assert 'revive_rts_checks_total{result="failed"}' in by["ReviveHealthChecksFailing"]["expr"]
 
 
 def test_alert_metadata_and_metric_names():
@@ -119,3 +123,15 @@ def test_alert_metadata_and_metric_names():
         used = set(re.findall(r"\brevive_[a-z_]+", a["expr"] + a["annotations"]["description"]))
         base = {re.sub(r"_(bucket|sum|count)$", "", m) for m in used}
         assert base <= REVIVE_METRICS, (a["alert"], base - REVIVE_METRICS)
+
+
+def test_the_metric_names_the_rules_may_use_are_revives():
+    """Every name in ``REVIVE_METRICS`` is one ``revive.metrics`` registers (a rule on a renamed
+    metric would never fire)."""
+    from revive.metrics import METRICS
+
+    names = {s.name for m in METRICS.registry.collect() for s in m.samples}
+    for m in METRICS.registry.collect():  # a labelled metric has no sample before its first use
+        names |= {m.name, f"{m.name}_total"} if m.type == "counter" else {m.name}
+    missing = {n for n in REVIVE_METRICS if n not in names and f"{n}_bucket" not in names}
+    assert not missing, missing
