@@ -2,7 +2,9 @@
 the real local testbed (Slurm, Temporal dev server, worker and monitor processes).
 
 Prints one ``BENCH chaos point=<name> runs=N passed=N duplicate_actions=N lost_incidents=N
-mean_s=S`` line per fault point, a ``FAIL <point>: <why>`` line per failed run, and the total::
+mean_s=S`` line per fault point, a progress line per run with where its time went (seconds from
+the run's start to ``fault``, first ``drain``, first ``requeue``, ``resumed``, ``closed``, ``end``),
+a ``FAIL <point>: <why>`` line per failed run, and the total::
 
     BENCH reliability runs=N passed=N duplicate_actions=0 lost_incidents=0
 
@@ -31,8 +33,9 @@ async def main(points: list[str], runs: int) -> int:
             out = await run_case(p)
             results[p].append(out)
             status = "ok" if out.ok else "FAIL"
+            phases = " ".join(f"{k}@{v:.0f}" for k, v in out.phases.items())
             print(f"[chaos {time.strftime('%H:%M:%S')}] run {i + 1}/{runs} {p}: {status} "
-                  f"drains={out.drains} requeues={out.requeues} {out.seconds:.0f}s", flush=True)
+                  f"drains={out.drains} requeues={out.requeues} {out.seconds:.0f}s ({phases})", flush=True)
             for w in out.why:
                 print(f"FAIL {p}: {w}", flush=True)
     total = [o for p in points for o in results[p]]

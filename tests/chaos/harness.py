@@ -49,6 +49,12 @@ ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable
 PROGRESS_AFTER_CKPT = 3
 """A recovered job must log this many iterations past the checkpoint it resumed from."""
+CKPT_EVERY = 5
+FAULT_ITERATION = 7
+"""The fault fires 2 iterations past the first checkpoint (the job resumes from iteration 5)."""
+STEP_S = 0.2
+"""Seconds per training step (the fault fires ~1.4 s after the first step; 3 steps past the
+checkpoint take ~0.6 s)."""
 
 
 def cluster_dir() -> Path:
@@ -196,6 +202,10 @@ class Outcome:
     lost: int = 0
     seconds: float = 0.0
     why: list[str] = field(default_factory=list)
+    phases: dict[str, float] = field(default_factory=dict)
+    """Seconds from the run's start to: ``fault`` (the job's fault fired), ``drain`` and ``requeue``
+    (first successful call in the shim's log), ``resumed`` (last "resumed from checkpoint" line),
+    ``closed`` (the audit file's last write), ``end`` (cleanup done) — where the time went."""
 
 
 class Run:
@@ -239,6 +249,7 @@ class Run:
         self.marker = self.dir / "run" / "fault.json"
         self.client = None
         self.t0 = time.monotonic()
+        self.wall0 = time.time()
 
     # -- processes
     def start(self, name: str, hook: str | None = None, action: str = "kill") -> None:
@@ -290,8 +301,9 @@ class Run:
 
     # -- the job
     def submit(self, fault: str = "xid79") -> str:
-        """The example job on 2 nodes, ``fault`` on rank 1's node at iteration 12, checkpoint every
-        10, 0.25 s steps; ``REVIVE_SRUN_WAIT=0``: a failed rank ends the step at once."""
+        """The example job on 2 nodes, ``fault`` on rank 1's node at iteration ``FAULT_ITERATION``
+        (2 past the checkpoint every ``CKPT_EVERY``), ``STEP_S`` steps; ``REVIVE_SRUN_WAIT=0``: a
+        failed rank ends the step at once."""
         out = self.dir / "run"
         out.mkdir(parents=True, exist_ok=True)
         env = dict(slurm_env(), REVIVE_HOME=str(ROOT), REVIVE_PYTHON=PY, REVIVE_CLUSTER_DIR=str(cluster_dir()),
@@ -302,8 +314,9 @@ class Run:
         argv = ["sbatch", "--parsable", "--requeue", "--nodes=2", "--ntasks-per-node=1", "--open-mode=append",
                 f"--job-name=chaos-{self.tag}", "-o", str(out / "train-%j.out"), f"--comment={comment}",
                 str(ROOT / "examples" / "train.sbatch"), "--ckpt-dir", str(out / "ckpt"),
-                "--iterations", "100000", "--step-seconds", "0.25", "--ckpt-every", "10",
-                "--fault", fault, "--fault-rank", "1", "--fault-iteration", "12", "--fault-marker", str(self.marker)]
+                "--iterations", "100000", "--step-seconds", str(STEP_S), "--ckpt-every", str(CKPT_EVERY),
+                "--fault", fault, "--fault-rank", "1", "--fault-iteration", str(FAULT_ITERATION),
+                "--fault-marker", str(self.marker)]
         r = subprocess.run(argv, env=env, capture_output=True, text=True, check=True, stdin=subprocess.DEVNULL)
         self.job = r.stdout.strip().split(";")[0]
         self.log = out / f"train-{self.job}.out"
@@ -471,6 +484,35 @@ class Run:
                 out.why.append(f"{iid}: lost ({desc.status.name if desc.status else '?'}"
                                f"{', no audit record' if done else ''})")
 
+    def phases(self) -> dict[str, float]:
+        """``Outcome.phases`` from the run's own files (never raises: a missing file is no entry)."""
+        from datetime import datetime
+
+        out: dict[str, float] = {}
+        try:
+            out["fault"] = float(json.loads(self.marker.read_text())["unix_time"])
+        except (OSError, ValueError, KeyError):
+            pass
+        try:
+            _, _, calls = self.actions()
+            ok = [c for c in calls if c["rc"] == 0]
+            drains = [c["t"] for c in ok if c["argv"][:1] == ["update"] and "State=DRAIN" in c["argv"]]
+            requeues = [c["t"] for c in ok if c["argv"][:1] in (["requeue"], ["requeuehold"])]
+            out.update({k: v[0] for k, v in (("drain", drains), ("requeue", requeues)) if v})
+        except (OSError, ValueError, KeyError):
+            pass
+        text = self.log.read_text(errors="replace") if self.log and self.log.exists() else ""
+        resumed = [x.split(" ", 1)[0] for x in text.splitlines() if "resumed from checkpoint at iteration" in x]
+        if resumed:
+            try:
+                out["resumed"] = datetime.fromisoformat(resumed[-1]).timestamp()
+            except ValueError:
+                pass
+        audit = self.dir / "audit.jsonl"
+        if audit.exists():
+            out["closed"] = audit.stat().st_mtime
+        return {k: round(v - self.wall0, 1) for k, v in out.items()}
+
     def cleanup(self) -> None:
         for name in list(self.procs):
             self.stop(name)
@@ -523,8 +565,8 @@ async def _worker_kill_approval(r: Run) -> tuple[int, int, int, int]:
 
 async def approve_until_open(r: Run, iid: str, timeout: float = 120) -> float:
     """``revive approve`` as an operator would: again while it answers "not awaiting approval"
-    (the gate opens only once the ``approval_needed`` notify activity has finished, which after a
-    killed worker means its 60 s start-to-close timeout). Returns the seconds it took."""
+    (the incident is not at its gate yet: a restarted worker replays it first). Returns the
+    seconds it took."""
     t0 = time.monotonic()
     while True:
         rc, text, _ = await r.approve_cli(iid)
@@ -689,6 +731,7 @@ async def run_case(name: str) -> Outcome:
         await asyncio.to_thread(r.cleanup)
     out.ok = not out.why
     out.seconds = time.monotonic() - r.t0
+    out.phases = {**r.phases(), "end": round(out.seconds, 1)}
     (r.dir / "outcome.json").write_text(json.dumps(out.__dict__, default=str, indent=1))
     out.why = [f"[{r.dir}] {w}" for w in out.why]
     return out
