@@ -223,12 +223,13 @@ class GuardActivities:
             if e.status != RPCStatusCode.NOT_FOUND:
                 raise
             seed = (await self._visibility(h.model_copy(update={"nodes": [], "nodes_since_iso": None}))).prior
-        start: WithStartWorkflowOperation = WithStartWorkflowOperation(
-            ids.JOB_RECORD_WORKFLOW, JobRecordInput(cluster=a.cluster, job_id=a.job_id), id=wid,
-            task_queue=self.task_queue, id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING)
         payload = a.model_copy(update={"seed": seed})
 
         async def call() -> AdmitAnswer:
+            # a WithStartWorkflowOperation is single-use: a fresh one for each retried attempt
+            start: WithStartWorkflowOperation = WithStartWorkflowOperation(
+                ids.JOB_RECORD_WORKFLOW, JobRecordInput(cluster=a.cluster, job_id=a.job_id), id=wid,
+                task_queue=self.task_queue, id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING)
             answer: AdmitAnswer = await self.client.execute_update_with_start_workflow(
                 ids.JOB_RECORD_ADMIT, payload, start_workflow_operation=start, result_type=AdmitAnswer)
             return answer
