@@ -108,7 +108,9 @@ class ResumeTracker:
         a = parse_attempt(line)
         if a is not None:
             self._current = a
-            if a > self.after_attempt and res.first_after is None:
+            # a later attempt supersedes one that resumed but was requeued again (e.g. it started
+            # on a node Revive then excluded): the current attempt is what must resume
+            if a > self.after_attempt and (res.first_after is None or res.attempt is None or a > res.attempt):
                 self.res = ResumeCheck(attempt=a)
                 self._hosts = set()
             return
