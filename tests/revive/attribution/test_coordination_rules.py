@@ -141,3 +141,20 @@ def test_torn_checkpoint_write_beside_enospc_is_storage_full():
     ])
     a = attribute(_job(log))
     assert (a.category, a.domain, a.action) == (Category.io_error, Domain.system, Action.stop_no_retry)
+
+
+def test_hugging_face_trainer_dicts_are_progress_so_a_long_silence_after_them_is_a_hang():
+    lines = [f"[2025-08-18 18:{m:02d}:{s:02d}.000] {{'loss': 0.{20 + i:02d}, 'grad_norm': 0.2, 'learning_rate': 5e-05, "
+             f"'epoch': {i / 100:.2f}}}"
+             for i, (m, s) in enumerate((i * 10 // 60, i * 10 % 60) for i in range(30))]
+    lines.append("[2025-08-18 20:30:00.000] There are 6 training processes running")
+    a = attribute(_job("\n".join(lines), state="RUNNING"))
+    assert a.category == Category.hang
+    assert a.root_event is not None and a.root_event.signature_id == "engine.silent_hang"
+
+
+def test_hugging_face_trainer_dicts_at_a_steady_cadence_are_healthy():
+    lines = [f"[2025-08-18 18:{i // 6:02d}:{i % 6 * 10:02d}.000] {{'loss': 0.{20 + i:02d}, 'epoch': {i / 100:.2f}}}"
+             for i in range(30)]
+    a = attribute(_job("\n".join(lines), state="RUNNING"))
+    assert a.category == Category.none
