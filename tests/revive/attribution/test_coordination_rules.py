@@ -158,3 +158,29 @@ def test_hugging_face_trainer_dicts_at_a_steady_cadence_are_healthy():
              for i in range(30)]
     a = attribute(_job("\n".join(lines), state="RUNNING"))
     assert a.category == Category.none
+
+
+def test_lightning_requeue_on_the_pre_time_limit_signal_is_a_timeout():
+    log = "\n".join([
+        "Epoch 37:  61%|██████    | 1098/1800 [11:02<07:03,  1.66it/s, loss=0.412, v_num=7]",
+        "Handling auto-requeue signal: 10",
+        "requeing job 4265117...",
+        "Requeued SLURM job: 4265117",
+    ])
+    a = attribute(_job(log, nodes=["gpu-node-023"], state="RUNNING"))
+    assert (a.category, a.domain, a.action) == (Category.timeout, Domain.system, Action.restart_in_place)
+
+
+def test_lightning_requeue_after_a_preemption_line_is_a_preemption():
+    log = "\n".join([
+        "slurmstepd: error: *** STEP 4265117.0 ON gpu-node-023 CANCELLED AT 2020-10-20T04:13:52 DUE TO PREEMPTION ***",
+        "handling SIGUSR1",
+        "requeing job 4265117...",
+    ])
+    a = attribute(_job(log, nodes=["gpu-node-023"], state="PREEMPTED"))
+    assert a.category == Category.preempted
+
+
+def test_invalid_device_ordinal_is_the_launch_configuration():
+    a = attribute(_job("RuntimeError: CUDA error: invalid device ordinal", nodes=["gpu-node-001"]))
+    assert (a.category, a.domain, a.action) == (Category.app_bug, Domain.application, Action.stop_no_retry)
