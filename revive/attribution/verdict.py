@@ -620,7 +620,9 @@ def _decide(ctx: _Ctx) -> Attribution:
                                            f"slow node.{tail}")
         if cascades_all:
             c = sorted(cascades_all, key=_order_key)[0]
-            return Attribution(category=c.category, domain=Domain.unknown, confidence=0.3, root_event=c.event(),
+            # a scheduler fact (the allocation ended on time / was preempted) keeps its system domain
+            c_dom = c.domain if c.category in (Category.timeout, Category.preempted) else Domain.unknown
+            return Attribution(category=c.category, domain=c_dom, confidence=0.3, root_event=c.event(),
                                cascade_events=cite(c), action=Action.restart_in_place, node_notes=node_notes,
                                culprit_ranks=[c.rank] if c.rank is not None else [],
                                explanation=f"Only secondary errors were found (first: {c.m.id}); the initiating event "
