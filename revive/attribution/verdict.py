@@ -43,6 +43,9 @@ _AVOID_NODE_SIGS = {"megatron.rerun_other_gpu", "megatron.rerun_same_gpu"}
 """Verdicts of unsettled cause whose remedy is to run elsewhere: the node is named so the requeue
 avoids it (Megatron's rerun state machine must resume on a different GPU to decide)."""
 _SYSTEM_DRAIN = {"storage.hung_task"}
+_NODE_FAILURE_HOST_SIGS = {"slurm.node_failure", "host.node_unreachable"}
+"""Node-failure signatures whose ``host`` field names the node that failed (srun's "Node failure on H";
+an ssh connect to a job node that times out or has no route): blame, not location."""
 """System-domain signatures whose remedy is draining the node (a task stuck in D state on a wedged
 mount): the one exception to "a drain only with domain hardware"."""
 
@@ -265,7 +268,76 @@ def _apply_field_rules(ctx: _Ctx) -> None:
                 e.domain, e.action = Domain.system, Action.requeue_exclude_nodes
                 e.node = e.node or hints[0].node
                 e.upgraded = f"the node reports {hints[0].text.strip()[:80]!r}: peer-to-peer traffic is blocked there"
+    # 3p. a JAX coordination-service barrier that timed out: what it means depends on which barrier
+    #     and which tasks it names (the task lines that follow it)
+    for e in evs:
+        if e.m.id == "jax.barrier_timeout" and e.m.role == "root":
+            _jax_barrier_verdict(ctx, e, lines)
+    # 3q. an allocator OOM on the host (TensorFlow's ``device:CPU:N by allocator cpu``): host RAM, not GPU
+    for e in evs:
+        if e.m.id == "cuda.oom" and _HOST_ALLOCATOR.search(e.text[:MAX_TEXT]):
+            e.category, e.domain, e.action = Category.oom_host, Domain.application, Action.stop_no_retry
+            e.upgraded = "the allocation that failed was on the host (CPU allocator): host RAM is exhausted, not GPU memory"
     ctx.events = evs
+
+
+_HOST_ALLOCATOR = re.compile(r"/device:CPU:\d+ by allocator (?:cpu|mklcpu)\b|on (?:host|CPU) by allocator cpu\b")
+"""TensorFlow's allocation-failure text names the device and allocator (tensorflow/core/framework/
+allocator / BFC allocator, TF 1.x-2.x: ``OOM when allocating tensor with shape[…] … on
+/job:…/device:CPU:0 by allocator cpu``): a CPU device means host memory ran out."""
+
+_JAX_TASK_LINE = re.compile(r"^\s*/job:[\w-]+/replica:\d+/task:(?P<task>\d+)\s*$")
+_JAX_TASKS_IN_TEXT = re.compile(r"/job:[\w-]+/replica:\d+/task:(?P<task>\d+)")
+_JAX_CONNECT_BARRIERS = ("PjRT_Client_Connect", "RegisterTask", "connect")
+"""Start-up barriers of ``jax.distributed.initialize`` (XLA pjrt/distributed/client.cc: every process
+connects through the ``PjRT_Client_Connect`` barrier; older versions register with RegisterTask)."""
+MAX_JAX_TASK_LINES = 4096
+
+
+def _jax_barrier_tasks(e: _Ev, lines: list[str]) -> set[int]:
+    """Task ids a JAX barrier timeout lists: the ``/job:…/task:N`` lines right after it (jax >= 0.4.14
+    prints one per missing task), else the ids quoted on the line itself (the gRPC message)."""
+    tasks: set[int] = set()
+    if e.line_no:
+        for x in lines[e.line_no:e.line_no + MAX_JAX_TASK_LINES]:
+            m = _JAX_TASK_LINE.match(x[:MAX_TEXT])
+            if not m:
+                break
+            tasks.add(int(m.group("task")))
+    if not tasks:
+        after = e.text.split("Barrier timed out", 1)[-1]
+        tasks = {int(m.group("task")) for m in _JAX_TASKS_IN_TEXT.finditer(after[:MAX_TEXT])}
+    return tasks
+
+
+def _jax_barrier_verdict(ctx: _Ctx, e: _Ev, lines: list[str]) -> None:
+    """Rule 3p (docs/attribution.md). Shutdown barrier → a task did not finish (a hang; at the end of a
+    finished run, the teardown's). The start-up connect barrier naming every task but task 0 → only
+    process 0 was ever started: the launch configuration (the same on every retry). Any other barrier
+    → the named tasks never arrived (died or were never launched): restart; one task named is its rank."""
+    barrier = e.m.fields.get("barrier") or e.m.fields.get("shutdown") or ""
+    tasks = _jax_barrier_tasks(e, lines if e.source == ctx.bundle.job_log_source else [])
+    if barrier.startswith("Shutdown"):
+        if _training_finished(ctx):
+            e.category, e.domain, e.action = Category.hang, Domain.application, Action.stop_no_retry
+            e.upgraded = ("the JAX shutdown barrier timed out after training had finished: a task hung on exit "
+                          "(teardown); a requeue would only hang again")
+        else:
+            e.category, e.domain, e.action = Category.hang, Domain.unknown, Action.restart_in_place
+            e.upgraded = "the JAX shutdown barrier timed out: at least one task did not finish (hung or too slow)"
+        return
+    if (any(b in barrier for b in _JAX_CONNECT_BARRIERS) and len(tasks) >= 2 and 0 not in tasks
+            and tasks == set(range(1, max(tasks) + 1))):
+        e.category, e.domain, e.action = Category.app_bug, Domain.application, Action.stop_no_retry
+        e.upgraded = (f"the start-up barrier timed out waiting for every other task (1-{max(tasks)}): only process 0 "
+                      "was started - the launch configuration (num_processes vs processes launched); it fails the "
+                      "same way on every retry")
+        return
+    if len(tasks) == 1 and e.rank is None:
+        e.rank = next(iter(tasks))
+    if tasks:
+        e.upgraded = (f"task(s) {sorted(tasks)[:8]} never reached the JAX barrier {barrier or '?'}: they died or were "
+                      "never launched")
 
 
 NODE_HISTORY_WINDOW = timedelta(days=30)
@@ -548,7 +620,9 @@ def _decide(ctx: _Ctx) -> Attribution:
                                            f"slow node.{tail}")
         if cascades_all:
             c = sorted(cascades_all, key=_order_key)[0]
-            return Attribution(category=c.category, domain=Domain.unknown, confidence=0.3, root_event=c.event(),
+            # a scheduler fact (the allocation ended on time / was preempted) keeps its system domain
+            c_dom = c.domain if c.category in (Category.timeout, Category.preempted) else Domain.unknown
+            return Attribution(category=c.category, domain=c_dom, confidence=0.3, root_event=c.event(),
                                cascade_events=cite(c), action=Action.restart_in_place, node_notes=node_notes,
                                culprit_ranks=[c.rank] if c.rank is not None else [],
                                explanation=f"Only secondary errors were found (first: {c.m.id}); the initiating event "
@@ -588,7 +662,7 @@ def _decide(ctx: _Ctx) -> Attribution:
     hw_node_events: list[_Ev] = []
     if cat == Category.node_failure:
         for e in roots:
-            if e.category == Category.node_failure and e.m.id == "slurm.node_failure":
+            if e.category == Category.node_failure and e.m.id in _NODE_FAILURE_HOST_SIGS:
                 h = _norm_host(e.m.fields.get("host"), nodes)
                 if h and h not in culprit_nodes:
                     culprit_nodes.append(h)
