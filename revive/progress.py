@@ -171,6 +171,12 @@ class ProfileResumeTracker:
         self.matched_profile = False
         self.hosts: set[str] = set()
 
+    def new_attempt(self) -> None:
+        """The job was requeued again (e.g. its attempt started on a node Revive then excluded):
+        forget that attempt's proof and hosts; the next attempt must prove the resume itself."""
+        self.loaded = self.rule = self.first_after = self.first_after_at = None
+        self.hosts = set()
+
     def seen(self, line: str) -> None:
         """A line from before the requeue: it only tells whether the log speaks a known profile."""
         if not self.matched_profile and self.extractor.events(line):  # type: ignore[attr-defined]
