@@ -219,6 +219,14 @@ def _apply_field_rules(ctx: _Ctx) -> None:
         if generic_nccl and all(_after(e, first_wd) for e in generic_nccl):
             for e in generic_nccl:
                 e.m = e.m.model_copy(update={"role": "cascade"})
+    # 3w. the watchdog lines of different ranks name different collectives (or sizes) for the same
+    #     sequence number of one process group: the ranks issued mismatched collectives - a program
+    #     error (rank-dependent control flow, uneven inputs), it recurs on every retry
+    mismatch = _collective_mismatch(wd)
+    if mismatch:
+        for e in wd:
+            e.category, e.domain, e.tier, e.action = Category.app_bug, Domain.application, 3, Action.stop_no_retry
+            e.upgraded = mismatch
     # 3n. the first collectives timed out while a rank was still preprocessing its dataset: the
     #     process-group timeout is shorter than the preprocessing - the job's configuration, it recurs
     if wd:
@@ -279,6 +287,40 @@ def _apply_field_rules(ctx: _Ctx) -> None:
             e.category, e.domain, e.action = Category.oom_host, Domain.application, Action.stop_no_retry
             e.upgraded = "the allocation that failed was on the host (CPU allocator): host RAM is exhausted, not GPU memory"
     ctx.events = evs
+
+
+_PG_ID = re.compile(r"\bPG (?:ID )?(?P<pg>\d+)\b|\bprocess group (?P<pg_b>\d+)\b")
+_P2P_OPS = ("SEND", "RECV")
+
+
+def _collective_mismatch(wd: list[_Ev]) -> str:
+    """Why the watchdog timeouts show mismatched collectives, or "".
+
+    ``wd``: watchdog root events; those with ``seqnum`` and ``op_type`` fields (ProcessGroupNCCL's
+    ``WorkNCCL(SeqNum=N, OpType=OP, NumelIn=K, ...)``, torch 1.13-2.x) are grouped by process group
+    (``PG ID n`` / ``PG n`` when the line names it) and sequence number. Two ranks whose work at the
+    same slot differs in ``OpType`` (point-to-point ops excluded: their numbering is per pair), or in
+    ``NumelIn`` for the same op, called different collectives: the job's own error."""
+    slots: dict[tuple[str, str], dict[int, tuple[str, str]]] = {}
+    for e in wd:
+        seq, op = e.m.fields.get("seqnum"), (e.m.fields.get("op_type") or "").upper()
+        if not seq or not op or e.rank is None or any(p in op for p in _P2P_OPS):
+            continue
+        pg = _PG_ID.search(e.text[:MAX_TEXT])
+        key = ((pg.group("pg") or pg.group("pg_b") or "") if pg else "", seq)
+        slots.setdefault(key, {})[e.rank] = (op, e.m.fields.get("numel_in") or "")
+    for (_pg, seq), by_rank in sorted(slots.items()):
+        ops = {op for op, _ in by_rank.values()}
+        if len(ops) > 1:
+            shown = ", ".join(f"rank {r} {op}" for r, (op, _) in sorted(by_rank.items())[:4])
+            return (f"the ranks timed out in different collectives at sequence number {seq} ({shown}): mismatched "
+                    "collectives, a program error that recurs on every retry")
+        numels = {n for _, n in by_rank.values() if n}
+        if len(numels) > 1:
+            shown = ", ".join(f"rank {r} NumelIn={n}" for r, (_, n) in sorted(by_rank.items())[:4] if n)
+            return (f"the ranks timed out in {next(iter(ops))} at sequence number {seq} with different sizes "
+                    f"({shown}): mismatched collectives, a program error that recurs on every retry")
+    return ""
 
 
 _HOST_ALLOCATOR = re.compile(r"/device:CPU:\d+ by allocator (?:cpu|mklcpu)\b|on (?:host|CPU) by allocator cpu\b")
