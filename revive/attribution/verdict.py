@@ -286,7 +286,28 @@ def _apply_field_rules(ctx: _Ctx) -> None:
         if e.m.id == "cuda.oom" and _HOST_ALLOCATOR.search(e.text[:MAX_TEXT]):
             e.category, e.domain, e.action = Category.oom_host, Domain.application, Action.stop_no_retry
             e.upgraded = "the allocation that failed was on the host (CPU allocator): host RAM is exhausted, not GPU memory"
+    # 3y. a generic Python exception whose type and message name no infrastructure is the program's own
+    #     error (catalog ``program_error``): it recurs on every retry
+    for e in evs:
+        if e.m.id == "py.exception_generic" and e.m.role == "root" and _program_error(ctx.matcher, e):
+            e.category, e.domain, e.action = Category.app_bug, Domain.application, Action.stop_no_retry
+            e.upgraded = ("a Python exception raised by the program (its type and message name no network, "
+                          "GPU, storage, memory or process fault): the job's own error, it recurs on a retry")
     ctx.events = evs
+
+
+def _program_error(matcher: Matcher, e: _Ev) -> bool:
+    """True when the generic exception ``e`` (fields ``exc_type``, ``message``) is the program's own.
+
+    The catalog's ``program_error.exclude_types`` / ``exclude_words`` (lower-case substrings of the
+    type and of the message) mark infrastructure faults; an empty message decides nothing."""
+    exc = (e.m.fields.get("exc_type") or "").lower()
+    msg = (e.m.fields.get("message") or "").strip().lower()[:MAX_TEXT]
+    types = getattr(matcher, "program_error_types", ())
+    words = getattr(matcher, "program_error_words", ())
+    if not exc or not msg or not (types or words):
+        return False
+    return not any(t in exc for t in types) and not any(w in msg for w in words)
 
 
 _PG_ID = re.compile(r"\bPG (?:ID )?(?P<pg>\d+)\b|\bprocess group (?P<pg_b>\d+)\b")

@@ -72,3 +72,34 @@ def test_gdb_backtrace_of_a_stuck_process_is_a_hang():
         "#1  0x00007f3c1e2a4b10 in ncclProxyProgress () from /usr/lib/x86_64-linux-gnu/libnccl.so.2",
     ]))
     assert a.category == Category.hang
+
+
+# ---- 3y: a generic Python exception that names no infrastructure is the program's own error
+
+def _traceback(exc_line: str) -> list[str]:
+    return _STEPS + ["Traceback (most recent call last):", '  File "train.py", line 88, in <module>', exc_line]
+
+
+def test_ddp_unused_parameters_runtime_error_is_the_programs_error():
+    a = attribute(_job(_traceback(
+        "RuntimeError: Expected to have finished reduction in the prior iteration before starting a new one. "
+        "This error indicates that your module has parameters that were not used in producing loss.")))
+    assert a.root_event is not None and a.root_event.signature_id == "py.exception_generic"
+    assert (a.category, a.domain, a.action) == (Category.app_bug, Domain.application, Action.stop_no_retry)
+
+
+def test_generic_error_naming_a_worker_or_the_network_stays_unknown():
+    for line in ("RuntimeError: DataLoader worker (pid(s) 3360242) exited unexpectedly",
+                 "RuntimeError: Connection reset by peer while sending tensor",
+                 "RuntimeError: PytorchStreamReader failed reading zip archive: failed finding central directory",
+                 "subprocess.CalledProcessError: Command '['python', 'train.py']' returned non-zero exit status 1."):
+        a = attribute(_job(_traceback(line)))
+        assert (a.category, a.domain, a.action) == (Category.crash, Domain.unknown, Action.restart_in_place), line
+
+
+def test_generic_error_followed_by_progress_is_still_survived_noise():
+    a = attribute(EvidenceBundle(job_log="\n".join(
+        _traceback("RuntimeError: mat2 must be col_major, got stride (4096, 1)")
+        + [f"[rank0]:2024-11-20 10:{10 + i}:00,000 - INFO - step: {i + 10} loss: 1.{i}" for i in range(4)]),
+        job=JobRecord(job_id="9", nodes=["gpu-node-001"], state="RUNNING")))
+    assert a.category == Category.none
