@@ -286,6 +286,17 @@ def _apply_field_rules(ctx: _Ctx) -> None:
         if e.m.id == "cuda.oom" and _HOST_ALLOCATOR.search(e.text[:MAX_TEXT]):
             e.category, e.domain, e.action = Category.oom_host, Domain.application, Action.stop_no_retry
             e.upgraded = "the allocation that failed was on the host (CPU allocator): host RAM is exhausted, not GPU memory"
+    # 3z. NCCL reports that a CUDA or verbs call it made was rejected as invalid (a caller error): the
+    #     library/stack versions or the program passed what the driver refuses - it recurs on a retry
+    if any(e.m.role == "root" and e.category == Category.nccl_error and e.domain == Domain.unknown for e in evs):
+        bad = next((x for x in lines if "NCCL WARN" in x and _NCCL_CALLER_ERROR.search(x[:MAX_TEXT])), "")
+        if bad:
+            for e in evs:
+                if e.m.role == "root" and e.category == Category.nccl_error and e.domain == Domain.unknown:
+                    e.domain, e.action = Domain.application, Action.stop_no_retry
+                    e.upgraded = (f"NCCL reports a call rejected as invalid ({bad.strip()[-90:]!r}): a caller error of "
+                                  "the software stack (NCCL/PyTorch versions or the program), not a transient fault; "
+                                  "it recurs on a retry")
     # 3y. a generic Python exception whose type and message name no infrastructure is the program's own
     #     error (catalog ``program_error``): it recurs on every retry
     for e in evs:
@@ -294,6 +305,18 @@ def _apply_field_rules(ctx: _Ctx) -> None:
             e.upgraded = ("a Python exception raised by the program (its type and message name no network, "
                           "GPU, storage, memory or process fault): the job's own error, it recurs on a retry")
     ctx.events = evs
+
+
+_NCCL_CALLER_ERROR = re.compile(
+    r"Cuda failure (?:\d+ )?'(?:invalid argument|invalid resource handle|invalid device function|invalid device pointer|"
+    r"invalid value)'|Call to ibv_\w+ failed with error Invalid argument")
+"""A CUDA or verbs call NCCL made, rejected as the caller's error (NCCL ``NCCL WARN Cuda failure 'E'`` /
+``Call to ibv_X failed with error E``, NCCL 2.x). CUDA Runtime API cudaError_t (CUDA 12.x):
+cudaErrorInvalidValue (1, "one or more of the parameters passed to the API call is not within an
+acceptable range"), cudaErrorInvalidDevicePointer (17), cudaErrorInvalidDeviceFunction (98, "not
+compiled for the proper device architecture"), cudaErrorInvalidResourceHandle (400, "a resource handle
+passed to the API call was not valid"); ibv_modify_qp(3) etc. EINVAL ("invalid value provided in attr").
+Only applied to NCCL errors of unknown cause: an NVLS setup failure keeps its own (system) verdict."""
 
 
 def _program_error(matcher: Matcher, e: _Ev) -> bool:

@@ -103,3 +103,32 @@ def test_generic_error_followed_by_progress_is_still_survived_noise():
         + [f"[rank0]:2024-11-20 10:{10 + i}:00,000 - INFO - step: {i + 10} loss: 1.{i}" for i in range(4)]),
         job=JobRecord(job_id="9", nodes=["gpu-node-001"], state="RUNNING")))
     assert a.category == Category.none
+
+
+# ---- 3z: NCCL says a CUDA/verbs call it made was rejected as invalid: the software stack's error
+
+def test_nccl_cuda_invalid_resource_handle_is_the_stacks_error():
+    a = attribute(_job([
+        "host1:2532579:2532579 [0] enqueue.cc:336 NCCL WARN Cuda failure 'invalid resource handle'",
+        "[rank1]: torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:2006, unhandled cuda error "
+        "(run with NCCL_DEBUG=INFO for details), NCCL version 2.12.10",
+    ]))
+    assert (a.category, a.domain, a.action) == (Category.nccl_error, Domain.application, Action.stop_no_retry)
+    assert "invalid resource handle" in a.explanation
+
+
+def test_nccl_cuda_unknown_error_or_unsupported_operation_stays_unknown():
+    for err in ("operation not supported", "unknown error"):
+        a = attribute(_job([
+            f"host1:1:1 [0] enqueue.cc:336 NCCL WARN Cuda failure '{err}'",
+            "RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:2006, unhandled cuda error, NCCL version 2.12.10",
+        ]))
+        assert a.domain != Domain.application, err
+
+
+def test_nvls_invalid_argument_keeps_its_system_verdict():
+    a = attribute(_job([
+        "gpu-node-001:242431:242479 [5] transport/nvls.cc:158 NCCL WARN Cuda failure 1 'invalid argument'",
+        "RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1269, unhandled cuda error, NCCL version 2.18.1",
+    ]))
+    assert a.domain == Domain.system
