@@ -219,6 +219,14 @@ def _apply_field_rules(ctx: _Ctx) -> None:
         if generic_nccl and all(_after(e, first_wd) for e in generic_nccl):
             for e in generic_nccl:
                 e.m = e.m.model_copy(update={"role": "cascade"})
+    # 3w. the watchdog lines of different ranks name different collectives (or sizes) for the same
+    #     sequence number of one process group: the ranks issued mismatched collectives - a program
+    #     error (rank-dependent control flow, uneven inputs), it recurs on every retry
+    mismatch = _collective_mismatch(wd)
+    if mismatch:
+        for e in wd:
+            e.category, e.domain, e.tier, e.action = Category.app_bug, Domain.application, 3, Action.stop_no_retry
+            e.upgraded = mismatch
     # 3n. the first collectives timed out while a rank was still preprocessing its dataset: the
     #     process-group timeout is shorter than the preprocessing - the job's configuration, it recurs
     if wd:
@@ -278,7 +286,85 @@ def _apply_field_rules(ctx: _Ctx) -> None:
         if e.m.id == "cuda.oom" and _HOST_ALLOCATOR.search(e.text[:MAX_TEXT]):
             e.category, e.domain, e.action = Category.oom_host, Domain.application, Action.stop_no_retry
             e.upgraded = "the allocation that failed was on the host (CPU allocator): host RAM is exhausted, not GPU memory"
+    # 3z. NCCL reports that a CUDA or verbs call it made was rejected as invalid (a caller error): the
+    #     library/stack versions or the program passed what the driver refuses - it recurs on a retry
+    if any(e.m.role == "root" and e.category == Category.nccl_error and e.domain == Domain.unknown for e in evs):
+        bad = next((x for x in lines if "NCCL WARN" in x and _NCCL_CALLER_ERROR.search(x[:MAX_TEXT])), "")
+        if bad:
+            for e in evs:
+                if e.m.role == "root" and e.category == Category.nccl_error and e.domain == Domain.unknown:
+                    e.domain, e.action = Domain.application, Action.stop_no_retry
+                    e.upgraded = (f"NCCL reports a call rejected as invalid ({bad.strip()[-90:]!r}): a caller error of "
+                                  "the software stack (NCCL/PyTorch versions or the program), not a transient fault; "
+                                  "it recurs on a retry")
+    # 3y. a generic Python exception whose type and message name no infrastructure is the program's own
+    #     error (catalog ``program_error``): it recurs on every retry
+    for e in evs:
+        if e.m.id == "py.exception_generic" and e.m.role == "root" and _program_error(ctx.matcher, e):
+            e.category, e.domain, e.action = Category.app_bug, Domain.application, Action.stop_no_retry
+            e.upgraded = ("a Python exception raised by the program (its type and message name no network, "
+                          "GPU, storage, memory or process fault): the job's own error, it recurs on a retry")
     ctx.events = evs
+
+
+_NCCL_CALLER_ERROR = re.compile(
+    r"Cuda failure (?:\d+ )?'(?:invalid argument|invalid resource handle|invalid device function|invalid device pointer|"
+    r"invalid value)'|Call to ibv_\w+ failed with error Invalid argument")
+"""A CUDA or verbs call NCCL made, rejected as the caller's error (NCCL ``NCCL WARN Cuda failure 'E'`` /
+``Call to ibv_X failed with error E``, NCCL 2.x). CUDA Runtime API cudaError_t (CUDA 12.x):
+cudaErrorInvalidValue (1, "one or more of the parameters passed to the API call is not within an
+acceptable range"), cudaErrorInvalidDevicePointer (17), cudaErrorInvalidDeviceFunction (98, "not
+compiled for the proper device architecture"), cudaErrorInvalidResourceHandle (400, "a resource handle
+passed to the API call was not valid"); ibv_modify_qp(3) etc. EINVAL ("invalid value provided in attr").
+Only applied to NCCL errors of unknown cause: an NVLS setup failure keeps its own (system) verdict."""
+
+
+def _program_error(matcher: Matcher, e: _Ev) -> bool:
+    """True when the generic exception ``e`` (fields ``exc_type``, ``message``) is the program's own.
+
+    The catalog's ``program_error.exclude_types`` / ``exclude_words`` (lower-case substrings of the
+    type and of the message) mark infrastructure faults; an empty message decides nothing."""
+    exc = (e.m.fields.get("exc_type") or "").lower()
+    msg = (e.m.fields.get("message") or "").strip().lower()[:MAX_TEXT]
+    types = getattr(matcher, "program_error_types", ())
+    words = getattr(matcher, "program_error_words", ())
+    if not exc or not msg or not (types or words):
+        return False
+    return not any(t in exc for t in types) and not any(w in msg for w in words)
+
+
+_PG_ID = re.compile(r"\bPG (?:ID )?(?P<pg>\d+)\b|\bprocess group (?P<pg_b>\d+)\b")
+_P2P_OPS = ("SEND", "RECV")
+
+
+def _collective_mismatch(wd: list[_Ev]) -> str:
+    """Why the watchdog timeouts show mismatched collectives, or "".
+
+    ``wd``: watchdog root events; those with ``seqnum`` and ``op_type`` fields (ProcessGroupNCCL's
+    ``WorkNCCL(SeqNum=N, OpType=OP, NumelIn=K, ...)``, torch 1.13-2.x) are grouped by process group
+    (``PG ID n`` / ``PG n`` when the line names it) and sequence number. Two ranks whose work at the
+    same slot differs in ``OpType`` (point-to-point ops excluded: their numbering is per pair), or in
+    ``NumelIn`` for the same op, called different collectives: the job's own error."""
+    slots: dict[tuple[str, str], dict[int, tuple[str, str]]] = {}
+    for e in wd:
+        seq, op = e.m.fields.get("seqnum"), (e.m.fields.get("op_type") or "").upper()
+        if not seq or not op or e.rank is None or any(p in op for p in _P2P_OPS):
+            continue
+        pg = _PG_ID.search(e.text[:MAX_TEXT])
+        key = ((pg.group("pg") or pg.group("pg_b") or "") if pg else "", seq)
+        slots.setdefault(key, {})[e.rank] = (op, e.m.fields.get("numel_in") or "")
+    for (_pg, seq), by_rank in sorted(slots.items()):
+        ops = {op for op, _ in by_rank.values()}
+        if len(ops) > 1:
+            shown = ", ".join(f"rank {r} {op}" for r, (op, _) in sorted(by_rank.items())[:4])
+            return (f"the ranks timed out in different collectives at sequence number {seq} ({shown}): mismatched "
+                    "collectives, a program error that recurs on every retry")
+        numels = {n for _, n in by_rank.values() if n}
+        if len(numels) > 1:
+            shown = ", ".join(f"rank {r} NumelIn={n}" for r, (_, n) in sorted(by_rank.items())[:4] if n)
+            return (f"the ranks timed out in {next(iter(ops))} at sequence number {seq} with different sizes "
+                    f"({shown}): mismatched collectives, a program error that recurs on every retry")
+    return ""
 
 
 _HOST_ALLOCATOR = re.compile(r"/device:CPU:\d+ by allocator (?:cpu|mklcpu)\b|on (?:host|CPU) by allocator cpu\b")

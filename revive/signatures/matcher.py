@@ -230,7 +230,7 @@ def load_catalog(path: Path | None = None) -> dict[str, Any]:
         data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
         for key in ("signatures", "progress", "hardware_typical"):
             docs[key].extend(data.get(key) or [])
-        for key in ("version", "xid_doc", "confidence_calibration"):
+        for key in ("version", "xid_doc", "confidence_calibration", "program_error"):
             if key in data:
                 docs[key] = data[key]
     return docs
@@ -267,6 +267,11 @@ class Matcher:
             pp.compiled = _compile(pp.regex, self.use_re2)
             self.progress.append(pp)
         self.hardware_typical = [h["id"] for h in cat.get("hardware_typical", [])]
+        pe = cat.get("program_error") or {}
+        self.program_error_types: tuple[str, ...] = tuple(
+            str(x).lower() for x in (pe.get("exclude_types") or []) if isinstance(x, str) and x) if isinstance(pe, dict) else ()
+        self.program_error_words: tuple[str, ...] = tuple(
+            str(x).lower() for x in (pe.get("exclude_words") or []) if isinstance(x, str) and x) if isinstance(pe, dict) else ()
         calib = cat.get("confidence_calibration") or {}
         self.calibration: list[dict[str, Any]] = list(calib.get("table") or []) if isinstance(calib, dict) else []
         lits = sorted({lit for s in self.signatures for lit in s.prefilter}, key=len, reverse=True)
