@@ -297,6 +297,10 @@ def _apply_field_rules(ctx: _Ctx) -> None:
                     e.upgraded = (f"NCCL reports a call rejected as invalid ({bad.strip()[-90:]!r}): a caller error of "
                                   "the software stack (NCCL/PyTorch versions or the program), not a transient fault; "
                                   "it recurs on a retry")
+    # 3aa. NCCL telling a rank that a peer exited (``ncclRemoteError``, "remote process exited") beside a
+    #     Python exception another rank raised: that exception is the first failure, the NCCL error
+    #     its echo on the survivors (hardware evidence still outranks both by tier)
+    _peer_exit_cascade(evs)
     # 3y. a generic Python exception whose type and message name no infrastructure is the program's own
     #     error (catalog ``program_error``): it recurs on every retry
     for e in evs:
@@ -319,6 +323,61 @@ passed to the API call was not valid"); ibv_modify_qp(3) etc. EINVAL ("invalid v
 Only applied to NCCL errors of unknown cause: an NVLS setup failure keeps its own (system) verdict."""
 
 
+_PEER_EXIT_SIGS = frozenset({"nccl.remote_error"})
+"""NCCL results that report a peer's exit, not a fault of their own: ``ncclRemoteError`` ("A call failed
+possibly due to a network error or a remote process exiting prematurely", nccl.h, NCCL 2.12-2.23) and
+PyTorch's rendering of it ("remote process exited or there was a network error", ProcessGroupNCCL,
+torch 2.x)."""
+_DIST_WORDS = ("nccl", "processgroup", "distributed", "c10d", "gloo")
+
+
+def _peer_exit_cascade(evs: list[_Ev]) -> None:
+    """Rule 3aa: demote peer-exit NCCL roots (and the other NCCL/c10d roots on their lines) to
+    cascades when another rank raised a Python exception.
+
+    The exception must be a job-log root of the ``python`` family whose line names no distributed
+    layer (``DistBackendError: NCCL error ...`` is the NCCL error itself) and, when both carry a rank,
+    come from a rank other than every peer-exit line's. Kernel (hardware) events are untouched."""
+    peer = [e for e in evs if e.m.role == "root" and e.m.id in _PEER_EXIT_SIGS and e.domain == Domain.unknown]
+    if not peer:
+        return
+    peer_lines = {(e.source, e.line_no) for e in peer}
+    peer_ranks = {e.rank for e in peer if e.rank is not None}
+    exc = [e for e in evs if e.m.role == "root" and e.m.family == "python" and not e.kernel
+           and (e.source, e.line_no) not in peer_lines
+           and not any(w in e.text[:MAX_TEXT].lower() for w in _DIST_WORDS)
+           and (e.rank is None or e.rank not in peer_ranks)]
+    if not exc:
+        return
+    first = min(exc, key=lambda e: e.seq)
+    # the same line's other NCCL/c10d roots (``DistBackendError: NCCL error ... remote process exited``)
+    echo = [e for e in evs if e.m.role == "root" and e.domain == Domain.unknown and not e.kernel
+            and (e.source, e.line_no) in peer_lines and e.m.family != "python"]
+    for e in echo:
+        e.tier, e.m = max(e.tier, 9), e.m.model_copy(update={"role": "cascade"})
+        e.upgraded = (f"a peer exited ({first.text.strip()[:80]!r} was raised first): the NCCL error is the "
+                      "survivors' echo of that exit, not a fault of its own")
+
+
+_TENSOR_DEVICE_TOKENS = re.compile(
+    r"(?i)torch\.cuda\.\w*Tensor|\bdevice\(type='cuda'[^)]*\)|\bdevice='cuda(?::\d+)?'|\bcuda:\d+\b|\bon device cuda\b")
+"""Tensor type and device names in torch's own type/device checks ("Input type (torch.cuda.HalfTensor)
+and weight type (torch.cuda.FloatTensor) should be the same", "found at least two devices, cuda:0 and
+cpu"; torch 1.x-2.x ATen messages): they name where a tensor lives, not a CUDA fault, so they are
+removed before the ``program_error`` words are looked for."""
+_EXCLUDE_WORD_RE: dict[tuple[str, ...], re.Pattern[str]] = {}
+
+
+def _exclude_words_re(words: tuple[str, ...]) -> re.Pattern[str]:
+    """One regex for the catalog's exclude words, each anchored at a word start (``store`` is not
+    ``restore``, ``host`` is not ``ghost``); a word may still run on (``hostname``, ``nodes``)."""
+    r = _EXCLUDE_WORD_RE.get(words)
+    if r is None:
+        r = re.compile("|".join(r"(?<![a-z0-9])" + re.escape(w) for w in words))
+        _EXCLUDE_WORD_RE[words] = r
+    return r
+
+
 def _program_error(matcher: Matcher, e: _Ev) -> bool:
     """True when the generic exception ``e`` (fields ``exc_type``, ``message``) is the program's own.
 
@@ -330,7 +389,8 @@ def _program_error(matcher: Matcher, e: _Ev) -> bool:
     words = getattr(matcher, "program_error_words", ())
     if not exc or not msg or not (types or words):
         return False
-    return not any(t in exc for t in types) and not any(w in msg for w in words)
+    msg = _TENSOR_DEVICE_TOKENS.sub(" ", msg)
+    return not any(t in exc for t in types) and not (words and _exclude_words_re(tuple(words)).search(msg))
 
 
 _PG_ID = re.compile(r"\bPG (?:ID )?(?P<pg>\d+)\b|\bprocess group (?P<pg_b>\d+)\b")
