@@ -32,7 +32,7 @@ from revive.models import (
     PriorIncident,
     TriggerKind,
 )
-from revive.signatures.matcher import Matcher
+from revive.signatures.matcher import Matcher, split_prefix
 
 _HW_CATEGORIES = {Category.gpu_hardware, Category.gpu_memory_ecc, Category.nvlink, Category.cuda_error}
 _CONFIDENCE = {1: 0.9, 2: 0.85, 3: 0.85, 4: 0.6, 5: 0.5, 6: 0.5, 7: 0.5, 8: 0.3, 9: 0.25}
@@ -301,6 +301,8 @@ def _apply_field_rules(ctx: _Ctx) -> None:
     #     Python exception another rank raised: that exception is the first failure, the NCCL error
     #     its echo on the survivors (hardware evidence still outranks both by tier)
     _peer_exit_cascade(evs)
+    # 3ad. a Python exception that the previous attempt already raised, word for word: not transient
+    _repeated_exception(ctx, evs)
     # 3y. a generic Python exception whose type and message name no infrastructure is the program's own
     #     error (catalog ``program_error``): it recurs on every retry
     for e in evs:
@@ -357,6 +359,35 @@ def _peer_exit_cascade(evs: list[_Ev]) -> None:
         e.tier, e.m = max(e.tier, 9), e.m.model_copy(update={"role": "cascade"})
         e.upgraded = (f"a peer exited ({first.text.strip()[:80]!r} was raised first): the NCCL error is the "
                       "survivors' echo of that exit, not a fault of its own")
+
+
+_INFRA_EXC_TYPES = ("oserror", "ioerror", "connection", "timeout", "brokenpipe", "memoryerror", "signal",
+                    "interrupt", "ncclerror", "cudaerror", "disterror", "distbackend", "diststore", "distnetwork",
+                    "rendezvous", "childfailed", "watchdog", "outofmemory")
+"""Exception types whose repeat may still be the machine's (a node that keeps failing the same way):
+rule 3ad leaves them to their own rules and to node history."""
+
+
+def _repeated_exception(ctx: _Ctx, evs: list[_Ev]) -> None:
+    """Rule 3ad: a crash-of-unknown-cause Python exception raised again after a restart is the program's.
+
+    ``ctx.prev_attempt`` holds the previous attempt's lines (``=== attempt restart=N`` markers). A
+    job-log root of the ``python`` family, domain unknown, whose exception line (prefix stripped:
+    rank, time) appears verbatim in that attempt, and whose type is not in ``_INFRA_EXC_TYPES``, becomes
+    ``app_bug`` / application / ``stop_no_retry``: the same inputs raised it twice."""
+    if not ctx.prev_attempt:
+        return
+    cand = [e for e in evs if e.m.role == "root" and e.m.family == "python" and e.domain == Domain.unknown
+            and not e.kernel and not any(t in (e.m.fields.get("exc_type") or "").lower() for t in _INFRA_EXC_TYPES)]
+    if not cand:
+        return
+    before = {split_prefix(x[:MAX_TEXT])[0].strip() for x in ctx.prev_attempt if "Error" in x or "Exception" in x}
+    for e in cand:
+        body = split_prefix(e.text[:MAX_TEXT])[0].strip()
+        if body and body in before:
+            e.category, e.domain, e.action = Category.app_bug, Domain.application, Action.stop_no_retry
+            e.upgraded = (f"the previous attempt raised the same exception ({body[:80]!r}): it recurs on a "
+                          "restart, so it is the program's (or its inputs'), not a transient fault")
 
 
 _TENSOR_DEVICE_TOKENS = re.compile(

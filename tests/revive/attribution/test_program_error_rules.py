@@ -109,3 +109,40 @@ def test_lightning_misconfiguration_is_the_jobs_configuration():
             "are available\n")
     a = run(text)
     assert (a.category.value, a.action.value) == ("app_bug", "stop_no_retry"), a.explanation
+
+
+CONN = "ConnectionResetError: [Errno 104] Connection reset by peer"
+REPEAT = """\
+=== attempt restart=0 2024-06-01T10:00:00Z
+ [2024-06-01 10:00:10] iteration       10/ 1000 | elapsed time per iteration (ms): 500.1 |
+[rank2]: Traceback (most recent call last):
+[rank2]:   File "train.py", line 80, in <module>
+[rank2]: RuntimeError: the loader returned a batch of 0 samples for shard 17
+=== attempt restart=1 2024-06-01T10:05:00Z
+ [2024-06-01 10:05:10] iteration       10/ 1000 | elapsed time per iteration (ms): 500.3 |
+[rank5]: Traceback (most recent call last):
+[rank5]:   File "train.py", line 80, in <module>
+[rank5]: RuntimeError: the loader returned a batch of 0 samples for shard 17
+"""
+
+
+def test_the_same_exception_after_a_restart_is_not_transient():
+    # alone, "worker" keeps this RuntimeError crash / unknown (program_error words); raised again,
+    # word for word, after the restart, it is the program's
+    text = REPEAT.replace("the loader returned", "worker loader returned")
+    a = run(text)
+    assert (a.category.value, a.domain.value, a.action.value) == ("app_bug", "application", "stop_no_retry"), \
+        a.explanation
+
+
+def test_a_first_occurrence_of_the_same_exception_stays_a_restart():
+    text = REPEAT.replace("the loader returned", "worker loader returned")
+    first_only = text[text.index("=== attempt restart=1"):]
+    a = run(first_only)
+    assert a.domain.value == "unknown" and a.action.value == "restart_in_place", a.explanation
+
+
+def test_a_repeated_connection_error_is_left_to_the_infrastructure_rules():
+    text = REPEAT.replace("RuntimeError: the loader returned a batch of 0 samples for shard 17", CONN)
+    a = run(text)
+    assert a.action.value != "stop_no_retry", a.explanation
