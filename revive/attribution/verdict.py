@@ -19,7 +19,7 @@ from revive.attribution.collect import (
 )
 from revive.attribution.explain import _explain_frame, _gpus
 from revive.attribution.throughput import _recovered, _slow_hosts_from_compute, _slow_nodes, _straggler
-from revive.attribution.timestamps import _ref_year, _silent_hang
+from revive.attribution.timestamps import _prev_attempt_stalled, _ref_year, _silent_hang
 from revive.logline import LINE_CAP as MAX_TEXT
 from revive.logline import cap_line
 from revive.models import (
@@ -771,6 +771,13 @@ def _decide(ctx: _Ctx) -> Attribution:
                                    cascade_events=cite(None), action=Action.restart_in_place, node_notes=node_notes,
                                    explanation=f"Silent stall: {silent}, while the run was reading/downloading its "
                                                "checkpoint: a storage/transfer stall. Restart in place.")
+            if again := _prev_attempt_stalled(ctx):
+                # 3ae. the restart already hung the same way: the program's (or its stack's) hang
+                return Attribution(category=Category.hang, domain=Domain.application,
+                                   confidence=_conf("engine.silent_hang", 0.5), root_event=ev,
+                                   cascade_events=cite(None), action=Action.stop_no_retry, node_notes=node_notes,
+                                   explanation=f"Silent hang: {silent}; {again}: a hang that recurs after a restart "
+                                               "is not transient. Stop; collect py-spy stacks.")
             return Attribution(category=Category.hang, domain=Domain.application, confidence=_conf("engine.silent_hang", 0.5),
                                root_event=ev, cascade_events=cite(None), action=Action.restart_in_place,
                                node_notes=node_notes,

@@ -146,3 +146,31 @@ def test_a_repeated_connection_error_is_left_to_the_infrastructure_rules():
     text = REPEAT.replace("RuntimeError: the loader returned a batch of 0 samples for shard 17", CONN)
     a = run(text)
     assert a.action.value != "stop_no_retry", a.explanation
+
+
+def _stalling_attempt(n: int, hour: int) -> str:
+    steps = "".join(f"[2024-06-01 {hour:02d}:{m:02d}:00] Epoch 1 step {m * 10} loss 2.{m:02d}\n" for m in range(0, 10))
+    return f"=== attempt restart={n} 2024-06-01T{hour:02d}:00:00Z\n" + steps
+
+
+def test_a_silent_hang_that_the_previous_attempt_also_had_is_stopped():
+    text = (_stalling_attempt(0, 8) + _stalling_attempt(1, 11)
+            + "slurmstepd: error: *** JOB 42 ON gpu-node-001 CANCELLED AT 2024-06-01T13:30:00 ***\n")
+    a = run(text, JobRecord(job_id="42", nodes=["gpu-node-001"], state="CANCELLED"))
+    assert (a.category.value, a.domain.value, a.action.value) == ("hang", "application", "stop_no_retry"), \
+        a.explanation
+
+
+def test_a_first_silent_hang_is_restarted():
+    text = (_stalling_attempt(1, 11)
+            + "slurmstepd: error: *** JOB 42 ON gpu-node-001 CANCELLED AT 2024-06-01T13:30:00 ***\n")
+    a = run(text, JobRecord(job_id="42", nodes=["gpu-node-001"], state="CANCELLED"))
+    assert (a.category.value, a.action.value) == ("hang", "restart_in_place"), a.explanation
+
+
+def test_a_previous_attempt_that_crashed_does_not_make_the_hang_a_repeat():
+    crashed = _stalling_attempt(0, 8) + "Traceback (most recent call last):\nKeyError: 'x'\n"
+    text = (crashed + _stalling_attempt(1, 11)
+            + "slurmstepd: error: *** JOB 42 ON gpu-node-001 CANCELLED AT 2024-06-01T13:30:00 ***\n")
+    a = run(text, JobRecord(job_id="42", nodes=["gpu-node-001"], state="CANCELLED"))
+    assert (a.category.value, a.action.value) == ("hang", "restart_in_place"), a.explanation
