@@ -41,6 +41,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import action_stages  # noqa: E402
 
 from cli.demo import env_dirs, spawn, start_services, stop_revive_processes, submit_job  # noqa: E402
 
@@ -50,6 +53,13 @@ def pct(xs: list[float], q: float) -> float:
         return math.nan
     s = sorted(xs)
     return s[min(len(s) - 1, int(round(q / 100 * (len(s) - 1))))]
+
+
+def stage_text(st: dict) -> str:
+    """One run's stages and its activities (queue+run seconds) up to the first action."""
+    parts = [f"{k}={st[k]:.2f}" for k in (*action_stages.STAGES, "wft_s") if st.get(k) is not None]
+    acts = " ".join(f"{n}:{(q or 0):.2f}+{(r or 0):.2f}" for n, q, r in st.get("activities", []))
+    return " ".join(parts) + " | " + acts
 
 
 def write_policy(path: Path, hang_floor_s: int) -> None:
@@ -92,6 +102,7 @@ async def one_run(cfg_path: Path, fault: str, state: Path, timeout_s: float) -> 
         res: IncidentResult = await asyncio.wait_for(h.result(), left)
         desc = await h.describe()
         fault_t = float(json.loads(marker.read_text())["unix_time"])
+        out["stages"] = await history_stages(client, wid, fault_t)
         out.update(incident=wid, outcome=res.outcome.value, fault_t=fault_t,
                    detect=desc.start_time.timestamp() - fault_t if desc.start_time else None,
                    action=res.first_action_at.timestamp() - fault_t if res.first_action_at else None,
@@ -101,6 +112,18 @@ async def one_run(cfg_path: Path, fault: str, state: Path, timeout_s: float) -> 
     finally:
         await cleanup(sched, job)
     return out
+
+
+async def history_stages(client, wid: str, fault_t: float) -> dict:  # noqa: ANN001
+    """The incident's time to first action split by stage (``benchmarks/action_stages.py``)."""
+    from revive import ids
+
+    inc = (await client.get_workflow_handle(wid).fetch_history()).to_json_dict()
+    try:
+        rb = (await client.get_workflow_handle(ids.runbook_id(wid)).fetch_history()).to_json_dict()
+    except Exception:  # no runbook ran (the plan closed the incident): stages after decide are None
+        rb = None
+    return action_stages.stages(inc, rb, fault_t)
 
 
 async def cleanup(sched, job: str) -> None:  # noqa: ANN001
@@ -163,8 +186,10 @@ def main() -> int:
                 r = asyncio.run(one_run(cfg_path, fault, state, args.timeout))
                 rows.append(r)
                 print(f"  run fault={fault} {i + 1}/{args.runs}: " + json.dumps(
-                    {k: (round(v, 2) if isinstance(v, float) else v) for k, v in r.items() if k != "fault_t"}),
-                    flush=True)
+                    {k: (round(v, 2) if isinstance(v, float) else v) for k, v in r.items()
+                     if k not in ("fault_t", "stages")}), flush=True)
+                if r.get("stages"):
+                    print("    " + stage_text(r["stages"]), flush=True)
             ok = [r for r in rows if r.get("outcome") == "recovered"]
             failed = failed or len(ok) < len(rows)
             d = [r["detect"] for r in rows if r.get("detect") is not None]
@@ -175,6 +200,10 @@ def main() -> int:
                   f"detect_p50_s={pct(d, 50):.2f} detect_p99_s={pct(d, 99):.2f} "
                   f"action_p50_s={pct(a, 50):.2f} action_p99_s={pct(a, 99):.2f} "
                   f"resume_p50_s={pct(m, 50):.2f} resume_p99_s={pct(m, 99):.2f} load={load}", flush=True)
+            st = [r["stages"] for r in rows if r.get("stages")]
+            print(f"BENCH action_stages fault={fault} runs={len(st)} " + " ".join(
+                f"{k.removesuffix('_s')}_p50_s={pct([x[k] for x in st if x.get(k) is not None], 50):.2f}"
+                for k in (*action_stages.STAGES, "wft_s")) + f" load={load}", flush=True)
     finally:
         stop_revive_processes(state)
     print(f"  worker/monitor logs: {state}/worker.log, {state}/monitor.log", flush=True)
