@@ -100,6 +100,10 @@ class RunbookInput(BaseModel):
     """Set when a person approved resuming from ``rollback.previous`` instead of the suspect
     checkpoint: the runbook performs the layout's reversible step, then requeues."""
     rollback_approved_by: str | None = None
+    loop_checked: dict[str, str] | None = None
+    """Set when the incident ran the bad-checkpoint check itself just before starting the runbook
+    (no person's decision in between) and it found no suspect checkpoint: the check's diagnostics
+    (possibly empty). The runbook then does not run it again (``runbooks.steps.PATCH_LOOP_CHECKED``)."""
 
 
 class RunbookResult(BaseModel):
