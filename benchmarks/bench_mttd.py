@@ -3,8 +3,11 @@
 Uses ``cli/demo.py``'s machinery: the local cluster and the Temporal dev server (``scripts/``),
 one real ``revive worker`` and one real ``revive monitor`` process (auto mode, so nobody approves),
 and ``examples/train.sbatch`` jobs (2 nodes, gloo all-reduce, checkpoint every 10 steps, 0.3 s
-steps) with one injected fault at iteration 15 on rank 1. ``--runs`` jobs per fault, one after
-the other; after each the job is cancelled and the nodes Revive drained are resumed.
+steps) with one injected fault at iteration 15 on rank 1: ``xid79`` (the Xid 79 kernel line, then
+``CUDA error: unknown error``), ``crash`` (SIGKILL), ``nccl`` (the ``DistBackendError`` of an
+``ncclSystemError``, see ``examples/train.py``) and ``hang``. ``--runs`` jobs per log fault
+(default 10) and ``--hang-runs`` hangs (default 3), one after the other; after each the job is
+cancelled and the nodes Revive drained are resumed.
 
 Timestamps (all wall-clock seconds, one machine, one clock):
 
@@ -23,7 +26,13 @@ default 10 s) on purpose: that window is in the figures. Prints per fault::
 
     BENCH mttd fault=<f> runs=<n> ok=<recovered> detect_p50_s= detect_p99_s= action_p50_s= action_p99_s= resume_p50_s= resume_p99_s= load=<1-min loadavg>
 
-(``nan`` where no run produced that stamp). Exits non-zero when a run does not recover. Must run
+    BENCH action_stages fault=<f> runs=<n> detect_p50_s= gather_p50_s= attribute_p50_s= decide_p50_s= act_p50_s= wft_p50_s= load=
+
+(``nan`` where no run produced that stamp). The stages split the time to the first action at
+the incident's history event times (``benchmarks/action_stages.py``): fault → incident start →
+gather done → attribution done → runbook started → first mutating Slurm call accepted; ``wft`` is the
+part of it the worker spent in workflow tasks. Each run also prints its own split and every
+activity's queue+run seconds. Exits non-zero when a run does not recover. Must run
 as root (slurmd runs the jobs); the testbed follows ``REVIVE_CLUSTER_DIR`` / ``REVIVE_TEMPORAL_*``.
 """
 
@@ -148,14 +157,15 @@ async def cleanup(sched, job: str) -> None:  # noqa: ANN001
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--runs", type=int, default=3, help="runs per fault")
-    ap.add_argument("--faults", default="xid79,crash,hang")
+    ap.add_argument("--runs", type=int, default=10, help="runs per log fault (xid79, crash, nccl)")
+    ap.add_argument("--hang-runs", type=int, default=3, help="runs of the hang fault (each waits out the window)")
+    ap.add_argument("--faults", default="xid79,crash,nccl,hang")
     ap.add_argument("--hang-floor", type=int, default=10, help="policy hang.floor, seconds")
     ap.add_argument("--timeout", type=float, default=240, help="seconds per run")
     ap.add_argument("--quick", action="store_true", help="1 run of xid79")
     args, _ = ap.parse_known_args()
     if args.quick:
-        args.runs, args.faults = 1, "xid79"
+        args.runs, args.hang_runs, args.faults = 1, 1, "xid79"
     if os.geteuid() != 0:
         print("BENCH mttd failed: must run as root (slurmd runs jobs as their users)", file=sys.stderr)
         return 2
@@ -182,10 +192,11 @@ def main() -> int:
     try:
         for fault in [f.strip() for f in args.faults.split(",") if f.strip()]:
             rows = []
-            for i in range(args.runs):
+            runs = args.hang_runs if fault == "hang" else args.runs
+            for i in range(runs):
                 r = asyncio.run(one_run(cfg_path, fault, state, args.timeout))
                 rows.append(r)
-                print(f"  run fault={fault} {i + 1}/{args.runs}: " + json.dumps(
+                print(f"  run fault={fault} {i + 1}/{runs}: " + json.dumps(
                     {k: (round(v, 2) if isinstance(v, float) else v) for k, v in r.items()
                      if k not in ("fault_t", "stages")}), flush=True)
                 if r.get("stages"):
