@@ -219,9 +219,10 @@ class EvidenceActivities:
 
     async def _job_state(self, job_id: str) -> JobState | None:
         try:
-            return (await self.scheduler.get_job(job_id)).state
+            state = (await self.scheduler.get_job(job_id)).state
         except (ReviveError, OSError):
             return None
+        return JobState(str(state)) if state else None  # a record may carry the state as text
 
     def _log_window(self, b: EvidenceBundle, data: bytes, inp: GatherEvidenceInput, notes: list[str]) -> None:
         """Cut the log's tail to the attempt, write the window file, fill ``b.job_log`` (blocking:

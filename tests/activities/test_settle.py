@@ -100,6 +100,13 @@ async def test_quiet_at_or_above_the_limit_is_the_old_fixed_wait(tmp_path):
     assert b.settle.endswith("limit")
 
 
+async def test_a_job_state_given_as_text_ends_the_wait_too(tmp_path):
+    sched, ev, log = setup(tmp_path)
+    sched.jobs["7"] = sched.jobs["7"].model_copy(update={"state": "FAILED"})  # as a record built from text carries it
+    b = await ev.gather_evidence(gather_input(log, settle_s=5.0, settle_quiet_s=3.0))
+    assert b.settle.endswith("job FAILED")
+
+
 async def test_unreadable_sources_never_end_the_wait_early_nor_raise(tmp_path):
     sched = FakeScheduler(cluster="c", jobs=[])
     ev = EvidenceActivities(sched, str(tmp_path / "{node}.kern"), tmp_path / "ev")
