@@ -20,6 +20,7 @@ Plain functions for the CLI and the monitor: ``update_guard_settings`` (the ``se
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 from datetime import datetime
 from typing import Any
@@ -39,7 +40,7 @@ from revive.decide.budgets import (
     history_from_priors,
     prior_from_result,
 )
-from revive.decide.jobrecord import AdmitAnswer, AdmitIncidentInput, JobRecordInput, ReportInput
+from revive.decide.jobrecord import AdmitAnswer, AdmitIncidentInput, AdmitInput, JobRecordInput, ReportInput
 from revive.decide.settings import GuardSettings, ModeAnswer, ModeQuery, SettingsAnswer, effective_mode
 from revive.errors import ReviveError
 from revive.models import Category, Domain, IncidentHistoryInput, IncidentResult, PriorIncident
@@ -200,13 +201,26 @@ class GuardActivities:
         """
         a, h = inp.admit, inp.history
         wid = ids.job_record_id(a.cluster, a.job_id, self.task_queue)
+        # the visibility read (the job's closed incidents for a seed, the nodes' recent incidents)
+        # runs beside the record's describe and Update: it needs neither
+        vis = asyncio.create_task(self._visibility(h))
+        try:
+            return await self._admit(a, h, wid, vis)
+        finally:
+            if not vis.done():
+                vis.cancel()
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await vis
+
+    async def _admit(self, a: AdmitInput, h: IncidentHistoryInput, wid: str,
+                     vis: asyncio.Task[JobIncidentHistory]) -> AdmitAnswer:
         seed = list(a.seed)
         try:
             await self.client.get_workflow_handle(wid).describe()
         except RPCError as e:
             if e.status != RPCStatusCode.NOT_FOUND:
                 raise
-            seed = (await self._visibility(h.model_copy(update={"nodes": [], "nodes_since_iso": None}))).prior
+            seed = (await vis).prior
         start: WithStartWorkflowOperation = WithStartWorkflowOperation(
             ids.JOB_RECORD_WORKFLOW, JobRecordInput(cluster=a.cluster, job_id=a.job_id), id=wid,
             task_queue=self.task_queue, id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING)
@@ -223,7 +237,7 @@ class GuardActivities:
             raise ApplicationError(f"job record refused the admit: {getattr(e.cause, 'message', e)}",
                                    type="JobRecordRefused", non_retryable=True) from None
         if h.nodes:
-            answer.history.node_incidents = (await self._visibility(h)).node_incidents
+            answer.history.node_incidents = (await vis).node_incidents
         return answer
 
     async def _visibility(self, h: IncidentHistoryInput) -> JobIncidentHistory:
