@@ -333,7 +333,7 @@ def main() -> int:
     ap.add_argument("--closed", type=int, default=50)
     ap.add_argument("--storm", type=int, default=10_000)
     ap.add_argument("--timeout", type=float, default=300.0)
-    ap.add_argument("--quick", action="store_true", help="20 opened, 10 closed, 1,000 signals")
+    ap.add_argument("--quick", action="store_true", help="20 opened, 10 closed, 1,000 trigger Updates")
     args = ap.parse_args()
     if args.quick:
         args.opened, args.closed, args.storm = 20, 10, 1000
