@@ -54,6 +54,9 @@ LOOP_TAIL_BYTES = 1024 * 1024
 """Bytes of the log's tail read for its last attempts (``checkpoint_loop``): the failed attempt and
 the one before it; ~2 s of CPU for the demo job's lines (``benchmarks/bench_checkpoint.py``)."""
 MAX_DIR_ENTRIES = 10_000
+LEFT_RUNNING_GRACE_S = 3.0
+"""Seconds the log is still read for the saved line after the job left RUNNING (srun delivers a
+step's last output after the job's state changed)."""
 """Entries of a checkpoint folder looked at (a huge folder is not walked)."""
 
 
@@ -168,6 +171,7 @@ class CheckpointActivities:
         requeued = False
         found: SaveOutcome | None = None
         base = inp.plan.restart_count
+        left_at: float | None = None
         while True:
             if reader is not None and inp.log_path:
                 try:
@@ -210,8 +214,13 @@ class CheckpointActivities:
                 return found.model_copy(update={"requeued_by_job": requeued})
             if found is None and live_state is not None and live_state != "RUNNING" and (
                     requeued or live_state in ("FAILED", "CANCELLED", "COMPLETED")):
-                return SaveOutcome(saved=False, requeued_by_job=requeued,
-                                   detail=f"the job left RUNNING ({live_state}) without a saved line")
+                # srun delivers a step's last lines after the job's state changed (seen on the
+                # testbed: the saved line landed ~0.1 s after COMPLETING): read a little longer
+                left_at = left_at if left_at is not None else time.monotonic()
+                if time.monotonic() - left_at >= LEFT_RUNNING_GRACE_S:
+                    return SaveOutcome(saved=False, requeued_by_job=requeued,
+                                       detail=f"the job left RUNNING ({live_state}) without a saved line "
+                                              f"(log read {LEFT_RUNNING_GRACE_S:.0f} s longer)")
             if time.monotonic() >= deadline:
                 if found is not None:
                     return found.model_copy(update={"requeued_by_job": requeued,

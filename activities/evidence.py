@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -23,7 +24,7 @@ from revive import chaos
 from revive.config import GpuSignals
 from revive.errors import JobNotFound, ReviveError, SchedulerError
 from revive.logline import cap_line
-from revive.models import EvidenceBundle, GatherEvidenceInput, GpuSample, PriorIncident
+from revive.models import EvidenceBundle, GatherEvidenceInput, GpuSample, JobState, PriorIncident
 from revive.scheduler.base import Scheduler
 from revive.site import KernelLogs, LocalKernelLogs, LocalLogs, LogReader
 
@@ -31,6 +32,11 @@ TAIL_BYTES = 8 * 1024 * 1024
 """Bytes of a log's tail read into the evidence window file."""
 KERNEL_LINES = 200
 """Kernel-log lines kept per node (the newest)."""
+STILL_WRITING: frozenset[JobState] = frozenset({
+    JobState.RUNNING, JobState.COMPLETING, JobState.CONFIGURING, JobState.SIGNALING, JobState.RESIZING,
+    JobState.STAGE_OUT, JobState.STOPPED, JobState.SUSPENDED, JobState.UNKNOWN,
+})
+"""Job states in which the attempt's processes may still write to its log (the settle wait goes on)."""
 NODE_HISTORY_WINDOW = timedelta(days=30)
 """How far back earlier incidents on the job's nodes are read (the engine's own window,
 ``revive.attribution.verdict.NODE_HISTORY_WINDOW``, decides what counts)."""
@@ -101,10 +107,9 @@ class EvidenceActivities:
         return await with_heartbeats(self._gather_evidence(inp))
 
     async def _gather_evidence(self, inp: GatherEvidenceInput) -> EvidenceBundle:
-        if inp.settle_s > 0:
-            await asyncio.sleep(inp.settle_s)  # let a dying job finish writing its last lines
+        settled = await self._settle(inp) if inp.settle_s > 0 else ""
         b = EvidenceBundle(trigger=inp.trigger, ip_to_node=self.ip_to_node,
-                           kernel_log_utc_offset_s=self.kernel_log_utc_offset_s)
+                           kernel_log_utc_offset_s=self.kernel_log_utc_offset_s, settle=settled)
         try:
             b.job = await self.scheduler.get_job(inp.job_id)
         except JobNotFound:
@@ -112,55 +117,123 @@ class EvidenceActivities:
         except SchedulerError as e:
             b.notes.append(f"job record unavailable: {e}")
         nodes = list(dict.fromkeys((b.job.nodes if b.job and b.job.nodes else []) or inp.nodes))
-        try:
-            all_nodes = await self.scheduler.get_nodes(None)
-            part = b.job.partition if b.job else None
-            b.node_states = {n.name: n.state for n in all_nodes if n.name in nodes}
-            b.partition_size = len([n for n in all_nodes if not part or not n.partitions or part in n.partitions]) or None
-        except SchedulerError as e:
-            b.notes.append(f"node states unavailable: {e}")
-        log_path = inp.log_path or (b.job.std_out if b.job else None)
-        if log_path:
-            b.job_log_source = log_path
-            try:
-                data, _ = await self.logs.read_tail(log_path, TAIL_BYTES, job_id=inp.job_id)
-            except (OSError, ReviveError) as e:
-                b.notes.append(f"job log unreadable: {log_path}: {getattr(e, 'strerror', None) or e}")
-            else:
-                await run_blocking(self._log_window, b, data, inp)
-        else:
-            b.notes.append("no job log path known")
-        # the attempt's kernel lines: an earlier job's Xid on the node is not this fault's evidence
-        # (a StartTime in the future is Slurm's estimate for a pending job: read everything)
-        since = b.job.start_time if b.job else None
-        if since is not None and (since if since.tzinfo else since.replace(tzinfo=UTC)) > datetime.now(UTC):
-            since = None
-        for node in nodes:
-            try:
-                got = await self.kernel.read(node, since=since)
-            except ReviveError as e:
-                b.notes.append(f"kernel log of {node} unavailable: {e}")
-                continue
-            if not got.available:
-                b.notes.append(f"kernel log of {node} unavailable: {got.why}")
-                continue
-            b.kernel_logs[node] = [cap_line(x) for x in got.lines[-KERNEL_LINES:]]
-        if self.gpu.dcgm_url_template and nodes:
-            b.gpu_metrics = await self._gpu_samples(nodes, b.notes)
-        if self.node_history is not None and nodes:
-            try:
-                since = datetime.now(UTC) - NODE_HISTORY_WINDOW
-                b.node_history = await self.node_history(inp.cluster, nodes, since, inp.incident_id)
-            except Exception as e:  # noqa: BLE001 — history is extra evidence: its absence is a note
-                b.notes.append(f"node history unavailable: {type(e).__name__}: {str(e)[:200]}")
+        # independent reads side by side; each keeps its notes, added below in a fixed order
+        parts = await asyncio.gather(self._node_states(b, nodes), self._job_log(b, inp),
+                                     self._kernel_logs(b, nodes), self._gpu_part(b, nodes),
+                                     self._history_part(b, inp, nodes))
+        for notes in parts:
+            b.notes.extend(notes)
         activity.logger.info("evidence for %s: %d log lines, kernel lines %s, notes %s", inp.incident_id,
                              b.job_log.count("\n") + 1 if b.job_log else 0,
                              {k: len(v) for k, v in b.kernel_logs.items()}, b.notes)
         return b
 
-    def _log_window(self, b: EvidenceBundle, data: bytes, inp: GatherEvidenceInput) -> None:
+    async def _node_states(self, b: EvidenceBundle, nodes: list[str]) -> list[str]:
+        try:
+            all_nodes = await self.scheduler.get_nodes(None)
+        except SchedulerError as e:
+            return [f"node states unavailable: {e}"]
+        part = b.job.partition if b.job else None
+        b.node_states = {n.name: n.state for n in all_nodes if n.name in nodes}
+        b.partition_size = len([n for n in all_nodes if not part or not n.partitions or part in n.partitions]) or None
+        return []
+
+    async def _job_log(self, b: EvidenceBundle, inp: GatherEvidenceInput) -> list[str]:
+        log_path = inp.log_path or (b.job.std_out if b.job else None)
+        if not log_path:
+            return ["no job log path known"]
+        b.job_log_source = log_path
+        try:
+            data, _ = await self.logs.read_tail(log_path, TAIL_BYTES, job_id=inp.job_id)
+        except (OSError, ReviveError) as e:
+            return [f"job log unreadable: {log_path}: {getattr(e, 'strerror', None) or e}"]
+        notes: list[str] = []
+        await run_blocking(self._log_window, b, data, inp, notes)
+        return notes
+
+    async def _kernel_logs(self, b: EvidenceBundle, nodes: list[str]) -> list[str]:
+        """The attempt's kernel lines of every node, the nodes side by side (an earlier job's Xid on
+        the node is not this fault's evidence; a StartTime in the future is Slurm's estimate for a
+        pending job: read everything)."""
+        since = b.job.start_time if b.job else None
+        if since is not None and (since if since.tzinfo else since.replace(tzinfo=UTC)) > datetime.now(UTC):
+            since = None
+
+        async def one(node: str) -> str | None:
+            try:
+                got = await self.kernel.read(node, since=since)
+            except ReviveError as e:
+                return f"kernel log of {node} unavailable: {e}"
+            if not got.available:
+                return f"kernel log of {node} unavailable: {got.why}"
+            b.kernel_logs[node] = [cap_line(x) for x in got.lines[-KERNEL_LINES:]]
+            return None
+
+        got = await asyncio.gather(*(one(n) for n in nodes))
+        b.kernel_logs = {n: b.kernel_logs[n] for n in nodes if n in b.kernel_logs}  # the job's node order
+        return [x for x in got if x]
+
+    async def _gpu_part(self, b: EvidenceBundle, nodes: list[str]) -> list[str]:
+        notes: list[str] = []
+        if self.gpu.dcgm_url_template and nodes:
+            b.gpu_metrics = await self._gpu_samples(nodes, notes)
+        return notes
+
+    async def _history_part(self, b: EvidenceBundle, inp: GatherEvidenceInput, nodes: list[str]) -> list[str]:
+        if self.node_history is None or not nodes:
+            return []
+        try:
+            since = datetime.now(UTC) - NODE_HISTORY_WINDOW
+            b.node_history = await self.node_history(inp.cluster, nodes, since, inp.incident_id)
+        except Exception as e:  # noqa: BLE001 — history is extra evidence: its absence is a note
+            return [f"node history unavailable: {type(e).__name__}: {str(e)[:200]}"]
+        return []
+
+    async def _settle(self, inp: GatherEvidenceInput) -> str:
+        """Wait for a dying job to finish writing (``GatherEvidenceInput.settle_s`` at most): end
+        once the job no longer runs (nothing of the attempt writes any more) or its log has not
+        grown for ``settle_quiet_s``. Looks every ``settle_poll_s`` (one log-size read and one job
+        read, side by side). Returns ``"<seconds> s: <why it ended>"``; never raises (a source
+        that cannot be read just gives no early end)."""
+        limit, quiet = max(0.0, inp.settle_s), max(0.0, inp.settle_quiet_s)
+        poll = min(max(0.02, inp.settle_poll_s), limit)
+        t0 = last_growth = time.monotonic()
+        size: int | None = None
+        while True:
+            got_size, state = await asyncio.gather(self._log_size(inp.log_path, inp.job_id),
+                                                   self._job_state(inp.job_id))
+            now = time.monotonic()
+            if got_size is not None and got_size != size:
+                if size is not None:
+                    last_growth = now
+                size = got_size
+            elapsed = now - t0
+            if state is not None and state not in STILL_WRITING and elapsed > 0:
+                return f"{elapsed:.2f} s: job {state.value}"
+            if size is not None and now - last_growth >= quiet and quiet < limit:
+                return f"{elapsed:.2f} s: log quiet {quiet:g} s"
+            if elapsed >= limit:
+                return f"{elapsed:.2f} s: limit"
+            await asyncio.sleep(min(poll, limit - elapsed))
+
+    async def _log_size(self, path: str | None, job_id: str) -> int | None:
+        if not path:
+            return None
+        try:
+            return (await self.logs.read_tail(path, 0, job_id=job_id))[1]
+        except (OSError, ReviveError):
+            return None
+
+    async def _job_state(self, job_id: str) -> JobState | None:
+        try:
+            state = (await self.scheduler.get_job(job_id)).state
+        except (ReviveError, OSError):
+            return None
+        return JobState(str(state)) if state else None  # a record may carry the state as text
+
+    def _log_window(self, b: EvidenceBundle, data: bytes, inp: GatherEvidenceInput, notes: list[str]) -> None:
         """Cut the log's tail to the attempt, write the window file, fill ``b.job_log`` (blocking:
-        runs in a thread). An unwritable window file becomes a note."""
+        runs in a thread). An unwritable window file becomes a note in ``notes``."""
         try:
             lines = cut_to_attempt(decode_lines(data), inp.attempt)
             window = self.evidence_dir / f"{inp.incident_id}.log"
@@ -177,7 +250,7 @@ class EvidenceActivities:
                     window_lines = [head, *window_lines]
             b.job_log = "\n".join(window_lines)
         except OSError as e:
-            b.notes.append(f"evidence window not written: {e.strerror or e}")
+            notes.append(f"evidence window not written: {e.strerror or e}")
 
     async def _gpu_samples(self, nodes: list[str], notes: list[str]) -> list[GpuSample]:
         """One scrape of each node's DCGM exporter (or ``revive agent``), concurrently; a node that

@@ -21,6 +21,7 @@ Plain functions for the CLI and the monitor: ``update_guard_settings`` (the ``se
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 from datetime import datetime, timedelta
 from typing import Any
@@ -216,13 +217,29 @@ class GuardActivities:
         """
         a, h = inp.admit, inp.history
         wid = ids.job_record_id(a.cluster, a.job_id, self.task_queue)
+        # the visibility read (the job's closed incidents for a seed, the nodes' recent incidents)
+        # runs beside the record's describe and Update: it needs neither
+        # (the culprits too: the node read is the fallback when the guard does not answer)
+        asked = list(dict.fromkeys([*h.nodes, *inp.culprit_nodes]))
+        vis = asyncio.create_task(self._visibility(h.model_copy(update={"nodes": asked})))
+        try:
+            return await self._admit(inp, wid, vis)
+        finally:
+            if not vis.done():
+                vis.cancel()
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await vis
+
+    async def _admit(self, inp: AdmitIncidentInput, wid: str,
+                     vis: asyncio.Task[JobIncidentHistory]) -> AdmitAnswer:
+        a, h = inp.admit, inp.history
         seed = list(a.seed)
         try:
             await self.client.get_workflow_handle(wid).describe()
         except RPCError as e:
             if e.status != RPCStatusCode.NOT_FOUND:
                 raise
-            seed = (await self._visibility(h.model_copy(update={"nodes": [], "nodes_since_iso": None}))).prior
+            seed = (await vis).prior
         payload = a.model_copy(update={"seed": seed})
 
         async def call() -> AdmitAnswer:
@@ -240,15 +257,17 @@ class GuardActivities:
             raise ApplicationError(f"job record refused the admit: {getattr(e.cause, 'message', e)}",
                                    type="JobRecordRefused", non_retryable=True) from None
         if h.nodes or inp.culprit_nodes:
-            found, notes = await self._node_incidents(inp)
+            found, notes = await self._node_incidents(inp, vis)
             answer.history.node_incidents = found
             answer.history.notes.extend(notes)
         return answer
 
-    async def _node_incidents(self, inp: AdmitIncidentInput) -> tuple[list[JobPrior], list[str]]:
+    async def _node_incidents(self, inp: AdmitIncidentInput,
+                              vis: asyncio.Task[JobIncidentHistory]) -> tuple[list[JobPrior], list[str]]:
         """Other incidents on the candidate nodes within the window → ``(priors, notes)``: the
-        guard's records (the culprits noted for this incident first), plus visibility for what
-        the guard does not cover. Raises what visibility raises when it is needed and fails."""
+        guard's records (the culprits noted for this incident first), plus visibility (``vis``,
+        read beside it) for what the guard does not cover. Raises what visibility raises when it
+        is needed and fails."""
         a, h = inp.admit, inp.history
         window = inp.repeat_window
         if window is None and h.nodes_since_iso:
@@ -280,9 +299,7 @@ class GuardActivities:
             activity.logger.warning("incident %s: %s", a.incident_id, n)
         if covered:
             return priors, notes
-        since = (a.now - window).isoformat()
-        asked = list(dict.fromkeys([*h.nodes, *note.culprit_nodes]))
-        older = (await self._visibility(h.model_copy(update={"nodes": asked, "nodes_since_iso": since}))).node_incidents
+        older = (await vis).node_incidents
         have = {p.incident_id for p in priors}
         return [*[p for p in older if p.incident_id not in have], *priors], notes
 

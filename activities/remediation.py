@@ -122,6 +122,12 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
+_REQUEUED_NOT_STARTED = frozenset({"PENDING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"})
+"""States of a job whose restart count went up (it was requeued) that have not started the new
+attempt yet: a requeued job shows COMPLETING while the old attempt's steps end (Slurm 22.05,
+seen on the testbed), then PENDING (Reason=BeginTime for a few seconds)."""
+
+
 class RemediationActivities:
     """Cluster-changing activities. ``scheduler`` is a SlurmCLI (or a RecordingScheduler around it)."""
 
@@ -209,7 +215,11 @@ class RemediationActivities:
         """Requeue the job (from its last checkpoint: the job resumes by itself).
 
         - already requeued (restart count above the recorded attempt, or PENDING): only add the
-          exclusions to ``ExcNodeList`` if any; no second requeue;
+          exclusions to ``ExcNodeList`` if any, holding the pending job while it is set (a job that
+          requeued itself, e.g. Lightning on SIGUSR1, is eligible again within seconds); no second
+          requeue — unless the new attempt already started on an excluded node (the exclusion came
+          too late: Slurm 22.05 refuses ``ExcNodeList`` on a running job), then that attempt is
+          requeued once more with the exclusion (requeuehold → ExcNodeList → release);
         - with exclusions on a live job: requeuehold → ExcNodeList → release, after arming a
           detached fail-open release;
         - else a plain ``scontrol requeue``;
@@ -228,22 +238,49 @@ class RemediationActivities:
         cmds: list[list[str]] = []
         exc = sorted(set(live.exc_nodes) | set(inp.exclude_nodes))
         try:
+            landed_on = sorted(set(inp.exclude_nodes) & set(live.nodes)) if live.state == "RUNNING" else []
             if live.restart_count > inp.job.restart_count or live.state == "PENDING":
-                if live.state == "RUNNING" and not set(inp.exclude_nodes) & set(live.nodes):
+                if live.state == "RUNNING" and not landed_on:
                     # Slurm requeued the job itself and the new attempt already runs elsewhere;
                     # 22.05 refuses ExcNodeList on a running job, and none of its nodes is excluded
                     return ActionResult(action="requeue", ok=True, changed=False, at=_now(),
                                         detail=f"Slurm already requeued the job (restarts {live.restart_count}); "
                                                f"it runs on {','.join(live.nodes)}, none of the excluded nodes "
                                                f"({','.join(inp.exclude_nodes) or '-'}): nothing to change")
-                if inp.exclude_nodes and set(inp.exclude_nodes) - set(live.exc_nodes):
-                    cmds.append(await self.scheduler.update_job(live.job_id, ExcNodeList=",".join(exc)))
-                    if live.hold:
+                waiting = live.state == "PENDING" or (live.restart_count > inp.job.restart_count
+                                                      and live.state in _REQUEUED_NOT_STARTED)
+                if waiting and inp.exclude_nodes and set(inp.exclude_nodes) - set(live.exc_nodes):
+                    # the job requeued itself (Lightning's SIGUSR1 handler, Slurm's own requeue): hold
+                    # it first so the scheduler cannot start it on an excluded node while
+                    # ExcNodeList is being set (a requeued job is eligible again within seconds)
+                    held_here = False
+                    if not live.hold:
+                        try:
+                            cmds.append(await self.scheduler.hold(live.job_id))
+                            held_here = True
+                        except SchedulerCommandError:
+                            pass  # it started meanwhile: the next attempt of this activity sees it RUNNING
+                    try:
+                        cmds.append(await self.scheduler.update_job(live.job_id, ExcNodeList=",".join(exc)))
+                    except SchedulerCommandError as e:
+                        # it started between the read and the update: the retry finds it running
+                        # (and requeues it once more if it runs on an excluded node)
+                        raise ApplicationError(f"setting ExcNodeList on the self-requeued job {live.job_id} "
+                                               f"failed ({e.output.strip()[:200]}); retrying",
+                                               type="JobStartedMeanwhile") from None
+                    if live.hold or held_here:
                         cmds.append(await self.scheduler.release(live.job_id))
                     return ActionResult(action="requeue", ok=True, at=_now(), commands=cmds,
-                                        detail=f"job already requeued by Slurm; ExcNodeList={','.join(exc)}")
-                return ActionResult(action="requeue", ok=True, changed=False, at=_now(),
-                                    detail=f"already requeued (state {live.state}, restarts {live.restart_count})")
+                                        detail=f"job already requeued by Slurm; ExcNodeList={','.join(exc)}"
+                                               + (" (held while set)" if held_here else ""))
+                if not landed_on:
+                    return ActionResult(action="requeue", ok=True, changed=False, at=_now(),
+                                        detail=f"already requeued (state {live.state}, restarts {live.restart_count})")
+                # the job requeued itself and Slurm started the new attempt on a node it must avoid
+                # before the exclusion could be set: requeue that attempt once more, excluding it
+                requeued_itself_onto = landed_on
+            else:
+                requeued_itself_onto = []
             if inp.exclude_nodes:
                 # fail-open: no hold without an armed release (a hold nobody lifts strands the job)
                 armed = await self.arm_hold_release(live.job_id, inp.hold_release_after_s) if self.arm_hold_release else 0
@@ -256,6 +293,9 @@ class RemediationActivities:
                 cmds.append(await self.scheduler.update_job(live.job_id, ExcNodeList=",".join(exc)))
                 cmds.append(await self.scheduler.release(live.job_id))
                 detail = f"requeuehold → ExcNodeList={','.join(exc)} → release"
+                if requeued_itself_onto:
+                    detail = (f"the job requeued itself (restarts {live.restart_count}) and started on excluded "
+                              f"{','.join(requeued_itself_onto)} before the exclusion was set; " + detail)
             else:
                 cmds.append(await self.scheduler.requeue(live.job_id))
                 detail = f"requeued (was {live.state})"

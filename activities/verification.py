@@ -77,6 +77,7 @@ class VerificationActivities:
         tracker = ResumeTracker(inp.after_attempt)
         profiled = ProfileResumeTracker(inp.checkpoint_iteration)
         restarts: int | None = None
+        profiled_attempt: int | None = None
         reader: LogReader | None = None
         followed: str | None = None
         while True:
@@ -104,6 +105,9 @@ class VerificationActivities:
                 for _, text in new + fresh:
                     tracker.feed(text)
                 if restarts is not None and restarts > inp.after_attempt:
+                    if profiled_attempt is not None and restarts > profiled_attempt:
+                        profiled.new_attempt()  # requeued once more: the latest attempt must prove it
+                    profiled_attempt = restarts
                     for _, text in fresh:  # written after the requeue, by the new attempt
                         profiled.feed(text)
             res = tracker.res

@@ -3,8 +3,11 @@
 Uses ``cli/demo.py``'s machinery: the local cluster and the Temporal dev server (``scripts/``),
 one real ``revive worker`` and one real ``revive monitor`` process (auto mode, so nobody approves),
 and ``examples/train.sbatch`` jobs (2 nodes, gloo all-reduce, checkpoint every 10 steps, 0.3 s
-steps) with one injected fault at iteration 15 on rank 1. ``--runs`` jobs per fault, one after
-the other; after each the job is cancelled and the nodes Revive drained are resumed.
+steps) with one injected fault at iteration 15 on rank 1: ``xid79`` (the Xid 79 kernel line, then
+``CUDA error: unknown error``), ``crash`` (SIGKILL), ``nccl`` (the ``DistBackendError`` of an
+``ncclSystemError``, see ``examples/train.py``) and ``hang``. ``--runs`` jobs per log fault
+(default 10) and ``--hang-runs`` hangs (default 3), one after the other; after each the job is
+cancelled and the nodes Revive drained are resumed.
 
 Timestamps (all wall-clock seconds, one machine, one clock):
 
@@ -23,7 +26,13 @@ default 10 s) on purpose: that window is in the figures. Prints per fault::
 
     BENCH mttd fault=<f> runs=<n> ok=<recovered> detect_p50_s= detect_p99_s= action_p50_s= action_p99_s= resume_p50_s= resume_p99_s= load=<1-min loadavg>
 
-(``nan`` where no run produced that stamp). Exits non-zero when a run does not recover. Must run
+    BENCH action_stages fault=<f> runs=<n> detect_p50_s= gather_p50_s= attribute_p50_s= decide_p50_s= act_p50_s= wft_p50_s= load=
+
+(``nan`` where no run produced that stamp). The stages split the time to the first action at
+the incident's history event times (``benchmarks/action_stages.py``): fault → incident start →
+gather done → attribution done → runbook started → first mutating Slurm call accepted; ``wft`` is the
+part of it the worker spent in workflow tasks. Each run also prints its own split and every
+activity's queue+run seconds. Exits non-zero when a run does not recover. Must run
 as root (slurmd runs the jobs); the testbed follows ``REVIVE_CLUSTER_DIR`` / ``REVIVE_TEMPORAL_*``.
 """
 
@@ -41,6 +50,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import action_stages  # noqa: E402
 
 from cli.demo import env_dirs, spawn, start_services, stop_revive_processes, submit_job  # noqa: E402
 
@@ -50,6 +62,13 @@ def pct(xs: list[float], q: float) -> float:
         return math.nan
     s = sorted(xs)
     return s[min(len(s) - 1, int(round(q / 100 * (len(s) - 1))))]
+
+
+def stage_text(st: dict) -> str:
+    """One run's stages and its activities (queue+run seconds) up to the first action."""
+    parts = [f"{k}={st[k]:.2f}" for k in (*action_stages.STAGES, "wft_s") if st.get(k) is not None]
+    acts = " ".join(f"{n}:{(q or 0):.2f}+{(r or 0):.2f}" for n, q, r in st.get("activities", []))
+    return " ".join(parts) + " | " + acts
 
 
 def write_policy(path: Path, hang_floor_s: int) -> None:
@@ -92,6 +111,7 @@ async def one_run(cfg_path: Path, fault: str, state: Path, timeout_s: float) -> 
         res: IncidentResult = await asyncio.wait_for(h.result(), left)
         desc = await h.describe()
         fault_t = float(json.loads(marker.read_text())["unix_time"])
+        out["stages"] = await history_stages(client, wid, fault_t)
         out.update(incident=wid, outcome=res.outcome.value, fault_t=fault_t,
                    detect=desc.start_time.timestamp() - fault_t if desc.start_time else None,
                    action=res.first_action_at.timestamp() - fault_t if res.first_action_at else None,
@@ -101,6 +121,18 @@ async def one_run(cfg_path: Path, fault: str, state: Path, timeout_s: float) -> 
     finally:
         await cleanup(sched, job)
     return out
+
+
+async def history_stages(client, wid: str, fault_t: float) -> dict:  # noqa: ANN001
+    """The incident's time to first action split by stage (``benchmarks/action_stages.py``)."""
+    from revive import ids
+
+    inc = (await client.get_workflow_handle(wid).fetch_history()).to_json_dict()
+    try:
+        rb = (await client.get_workflow_handle(ids.runbook_id(wid)).fetch_history()).to_json_dict()
+    except Exception:  # no runbook ran (the plan closed the incident): stages after decide are None
+        rb = None
+    return action_stages.stages(inc, rb, fault_t)
 
 
 async def cleanup(sched, job: str) -> None:  # noqa: ANN001
@@ -125,14 +157,15 @@ async def cleanup(sched, job: str) -> None:  # noqa: ANN001
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--runs", type=int, default=3, help="runs per fault")
-    ap.add_argument("--faults", default="xid79,crash,hang")
+    ap.add_argument("--runs", type=int, default=10, help="runs per log fault (xid79, crash, nccl)")
+    ap.add_argument("--hang-runs", type=int, default=3, help="runs of the hang fault (each waits out the window)")
+    ap.add_argument("--faults", default="xid79,crash,nccl,hang")
     ap.add_argument("--hang-floor", type=int, default=10, help="policy hang.floor, seconds")
     ap.add_argument("--timeout", type=float, default=240, help="seconds per run")
     ap.add_argument("--quick", action="store_true", help="1 run of xid79")
     args, _ = ap.parse_known_args()
     if args.quick:
-        args.runs, args.faults = 1, "xid79"
+        args.runs, args.hang_runs, args.faults = 1, 1, "xid79"
     if os.geteuid() != 0:
         print("BENCH mttd failed: must run as root (slurmd runs jobs as their users)", file=sys.stderr)
         return 2
@@ -159,12 +192,15 @@ def main() -> int:
     try:
         for fault in [f.strip() for f in args.faults.split(",") if f.strip()]:
             rows = []
-            for i in range(args.runs):
+            runs = args.hang_runs if fault == "hang" else args.runs
+            for i in range(runs):
                 r = asyncio.run(one_run(cfg_path, fault, state, args.timeout))
                 rows.append(r)
-                print(f"  run fault={fault} {i + 1}/{args.runs}: " + json.dumps(
-                    {k: (round(v, 2) if isinstance(v, float) else v) for k, v in r.items() if k != "fault_t"}),
-                    flush=True)
+                print(f"  run fault={fault} {i + 1}/{runs}: " + json.dumps(
+                    {k: (round(v, 2) if isinstance(v, float) else v) for k, v in r.items()
+                     if k not in ("fault_t", "stages")}), flush=True)
+                if r.get("stages"):
+                    print("    " + stage_text(r["stages"]), flush=True)
             ok = [r for r in rows if r.get("outcome") == "recovered"]
             failed = failed or len(ok) < len(rows)
             d = [r["detect"] for r in rows if r.get("detect") is not None]
@@ -175,6 +211,10 @@ def main() -> int:
                   f"detect_p50_s={pct(d, 50):.2f} detect_p99_s={pct(d, 99):.2f} "
                   f"action_p50_s={pct(a, 50):.2f} action_p99_s={pct(a, 99):.2f} "
                   f"resume_p50_s={pct(m, 50):.2f} resume_p99_s={pct(m, 99):.2f} load={load}", flush=True)
+            st = [r["stages"] for r in rows if r.get("stages")]
+            print(f"BENCH action_stages fault={fault} runs={len(st)} " + " ".join(
+                f"{k.removesuffix('_s')}_p50_s={pct([x[k] for x in st if x.get(k) is not None], 50):.2f}"
+                for k in (*action_stages.STAGES, "wft_s")) + f" load={load}", flush=True)
     finally:
         stop_revive_processes(state)
     print(f"  worker/monitor logs: {state}/worker.log, {state}/monitor.log", flush=True)

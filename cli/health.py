@@ -4,7 +4,8 @@
   ``revive-rts-<cluster>`` (interval, check, method from the policy's ``return_to_service:``;
   paused when ``enabled`` is false); ``--delete`` removes it; ``--trigger`` also starts a run now.
 - ``revive health run --policy P`` — one pass now (``ReturnToServiceWorkflow``), waits and prints
-  each node's outcome (exit 1 when a check failed).
+  each node's outcome (exit 1 when a check failed); when the Schedule is running a pass, it waits for
+  that one instead of starting a second (two passes would run up to 2 x ``max_concurrent`` checks).
 - ``revive health status`` — node checks from visibility (state, node, incident).
 
 Observe mode: a passed node waits for ``revive approve revive-rts-<cluster>-node-<node> --as <you>``.
@@ -13,7 +14,7 @@ Observe mode: a passed node waits for ``revive approve revive-rts-<cluster>-node
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -57,6 +58,19 @@ def schedule(
     _run(go())
 
 
+async def _scheduled_pass(client: Any, schedule_id: str) -> str | None:
+    """Workflow id of the pass the Schedule ``schedule_id`` is running now, or None (no schedule,
+    none running, or the schedule cannot be read: the manual pass then starts as usual)."""
+    from temporalio.service import RPCError
+
+    try:
+        desc = await client.get_schedule_handle(schedule_id).describe()
+    except RPCError:
+        return None
+    running = [a.workflow_id for a in desc.info.running_actions]
+    return running[-1] if running else None
+
+
 @health_app.command("run")
 def run(
     config: _CONFIG = _DEFAULT_CONFIG,
@@ -76,6 +90,12 @@ def run(
     async def go() -> RtsResult:
         client = await _client(config, "revive-cli")
         tq = cfg.temporal.task_queue
+        running = await _scheduled_pass(client, ids.rts_schedule_id(cfg.name, tq))
+        if running:
+            # a second pass beside the scheduled one would run up to 2 x max_concurrent checks
+            console.print(f"a scheduled pass is running ({_safe(running)}): waiting for it instead of starting "
+                          "a second one")
+            return await client.get_workflow_handle(running, result_type=RtsResult).result()
         h = await client.start_workflow(ids.RTS_WORKFLOW, RtsInput(cluster=cfg.name, policy=pol, policy_path=policy, task_queue=tq),
                                         id=ids.rts_run_id(cfg.name, tq), task_queue=tq, result_type=RtsResult,
                                         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING)

@@ -35,8 +35,14 @@ attempt that finds the marker never fires again):
              extra in compute, every iteration from the fault iteration on.
 * ``xid79``  appends an NVIDIA Xid 79 syslog line to the fault node's kern.log
              (``--kern-log-template``) and the rank fails with
-             ``RuntimeError: CUDA error: unknown error`` (exit 1). These GPU lines
-             are the only simulated text: there is no GPU here.
+             ``RuntimeError: CUDA error: unknown error`` (exit 1).
+* ``nccl``   the rank fails (exit 1) with the error ProcessGroupNCCL raises when a
+             collective returns ``ncclSystemError``: ``torch.distributed.DistBackendError:
+             NCCL error in: …ProcessGroupNCCL.cpp:1691, unhandled system error (run with
+             NCCL_DEBUG=INFO for details), NCCL version 2.19.3`` followed by NCCL's
+             explanation (see ``NCCL_ERROR``).
+
+The GPU and NCCL lines are the only simulated text: there is no GPU (nor NCCL) here.
 
 Without Slurm (tests) set SLURM_PROCID, SLURM_NTASKS, SLURM_JOB_ID and
 SLURMD_NODENAME yourself, or use RANK / WORLD_SIZE.
@@ -62,7 +68,7 @@ import warnings  # noqa: E402
 # The CPU wheel warns at import time when numpy is absent; that is noise in the job log.
 warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
 
-FAULT_KINDS = ("none", "crash", "hang", "slow", "xid79")
+FAULT_KINDS = ("none", "crash", "hang", "slow", "xid79", "nccl")
 CKPT_NAME = "checkpoint.pt"
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 
@@ -202,6 +208,26 @@ def append_kern_log(template: str, node: str, t: float) -> Path:
     return path
 
 
+NCCL_ERROR = (
+    "NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1691, unhandled system error "
+    "(run with NCCL_DEBUG=INFO for details), NCCL version 2.19.3\n"
+    "ncclSystemError: System call (e.g. socket, malloc) or external library call failed or device error. \n"
+    "Last error:\n"
+)
+"""The message of the ``DistBackendError`` a rank sees when an NCCL collective fails with
+``ncclSystemError`` (torch 2.1-2.2 with NCCL 2.19.3, as reported by users: the first line is
+``C10D_NCCL_CHECK`` in torch/csrc/distributed/c10d/NCCLUtils.hpp with ``ncclGetErrorString``'s text
+for ncclSystemError; the second is ``getNcclErrorDetailStr`` in NCCLUtils.cpp; "Last error:" is
+followed by ``ncclGetLastError``, empty here as in many reports)."""
+
+
+def simulated_nccl_failure() -> None:
+    # What a rank sees when its NCCL communicator fails mid-collective (no NCCL here: gloo runs the job).
+    import torch.distributed as dist
+
+    raise dist.DistBackendError(NCCL_ERROR)
+
+
 def simulated_cuda_failure() -> None:
     # What a rank sees after its GPU fell off the bus: the next CUDA call fails.
     raise RuntimeError("CUDA error: unknown error")
@@ -300,6 +326,9 @@ def main(argv: list[str] | None = None) -> int:
                     append_kern_log(args.kern_log_template, me.node, now)
                     sys.stdout.flush()
                     simulated_cuda_failure()
+                elif args.fault == "nccl":
+                    sys.stdout.flush()
+                    simulated_nccl_failure()
 
         pad = args.step_seconds - (time.perf_counter() - t0)
         if slow_active:

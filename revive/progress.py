@@ -108,7 +108,9 @@ class ResumeTracker:
         a = parse_attempt(line)
         if a is not None:
             self._current = a
-            if a > self.after_attempt and res.first_after is None:
+            # a later attempt supersedes one that resumed but was requeued again (e.g. it started
+            # on a node Revive then excluded): the current attempt is what must resume
+            if a > self.after_attempt and (res.first_after is None or res.attempt is None or a > res.attempt):
                 self.res = ResumeCheck(attempt=a)
                 self._hosts = set()
             return
@@ -168,6 +170,12 @@ class ProfileResumeTracker:
         self.first_after_at: datetime | None = None
         self.matched_profile = False
         self.hosts: set[str] = set()
+
+    def new_attempt(self) -> None:
+        """The job was requeued again (e.g. its attempt started on a node Revive then excluded):
+        forget that attempt's proof and hosts; the next attempt must prove the resume itself."""
+        self.loaded = self.rule = self.first_after = self.first_after_at = None
+        self.hosts = set()
 
     def seen(self, line: str) -> None:
         """A line from before the requeue: it only tells whether the log speaks a known profile."""

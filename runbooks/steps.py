@@ -66,6 +66,11 @@ again after ``OUTAGE_PAUSE``, until ``OUTAGE_WINDOW`` (the marker is written onl
 histories where every act step succeeded are unchanged). Can go once no incident started before
 it can still be replayed (retention: 30 days)."""
 
+PATCH_LOOP_CHECKED = "loop-checked-by-incident"
+"""A runbook whose incident has just run the bad-checkpoint check (``RunbookInput.loop_checked``)
+does not run ``checkpoint_loop`` again before acting. Can go once no runbook started before it can
+still be replayed (retention: 30 days)."""
+
 OUTAGE_WINDOW = timedelta(hours=1)
 """How long a drain/requeue keeps trying against an unreachable cluster (slurmctld down, the SSH
 login node gone) before the runbook gives up and says so."""
@@ -255,8 +260,20 @@ async def save_before_requeue(inp: RunbookInput, log: RunbookLog, job: JobRecord
     return inp
 
 
-async def bad_checkpoint(inp: RunbookInput, log: RunbookLog) -> LoopVerdict | None:
-    """The checkpoint the job keeps failing from, or None (requeue as planned).
+def start_loop_check(inp: LoopCheckInput) -> workflow.ActivityHandle[LoopVerdict]:
+    """Start ``checkpoint_loop`` (read-only) and return its handle: the incident starts it beside
+    its other reads and hands it to ``bad_checkpoint`` once the plan is known."""
+    return workflow.start_activity_method(
+        CheckpointActivities.checkpoint_loop, inp,
+        start_to_close_timeout=retry.SHORT, retry_policy=retry.READ_ONLY, summary="resuming from a bad checkpoint?",
+    )
+
+
+async def bad_checkpoint(inp: RunbookInput, log: RunbookLog,
+                         pending: workflow.ActivityHandle[LoopVerdict] | None = None) -> LoopVerdict | None:
+    """The checkpoint the job keeps failing from, or None (requeue as planned). ``pending``: a
+    ``checkpoint_loop`` already started for ``inp`` (``start_loop_check``; the caller checked
+    ``PATCH_BAD_CHECKPOINT`` and the policy).
 
     Suspect when the failed attempt resumed from checkpoint C and failed within
     ``policy.bad_checkpoint.within_iterations`` of it without saving a newer one, the attempt
@@ -266,18 +283,16 @@ async def bad_checkpoint(inp: RunbookInput, log: RunbookLog) -> LoopVerdict | No
     proposal to resume from the previous checkpoint that a person runs (Revive never rewrites a
     checkpoint; moving a tracker file is reversible, and a person decides it).
     """
-    if not workflow.patched(PATCH_BAD_CHECKPOINT):
-        return None
-    if not inp.policy.bad_checkpoint.enabled or not inp.log_path:
-        return None
-    v: LoopVerdict = await workflow.execute_activity_method(
-        CheckpointActivities.checkpoint_loop,
-        LoopCheckInput(incident_id=inp.incident_id, cluster=inp.cluster, job=inp.job, log_path=inp.log_path,
-                       category=inp.category, root_signature=inp.root_signature,
-                       checkpoint_iteration=inp.checkpoint_iteration,
-                       within_iterations=inp.policy.bad_checkpoint.within_iterations),
-        start_to_close_timeout=retry.SHORT, retry_policy=retry.READ_ONLY, summary="resuming from a bad checkpoint?",
-    )
+    if pending is None:
+        if not workflow.patched(PATCH_BAD_CHECKPOINT):
+            return None
+        if not inp.policy.bad_checkpoint.enabled or not inp.log_path:
+            return None
+        pending = start_loop_check(LoopCheckInput(
+            incident_id=inp.incident_id, cluster=inp.cluster, job=inp.job, log_path=inp.log_path,
+            category=inp.category, root_signature=inp.root_signature, checkpoint_iteration=inp.checkpoint_iteration,
+            within_iterations=inp.policy.bad_checkpoint.within_iterations))
+    v: LoopVerdict = await pending
     if v.suspect is None:
         return None
     try:
@@ -426,6 +441,9 @@ async def stop_on_suspect(inp: RunbookInput, log: RunbookLog) -> RunbookResult |
     person approved the rollback (``inp.rollback``), perform it instead (``rollback``)."""
     if inp.rollback is not None and workflow.patched(PATCH_ROLLBACK_ON_APPROVAL):
         return await rollback(inp, log)
+    if inp.loop_checked is not None and workflow.patched(PATCH_LOOP_CHECKED):
+        log.diagnostics.update(inp.loop_checked)  # the incident's check, moments ago: no suspect
+        return None
     v = await bad_checkpoint(inp, log)
     if v is None:
         return None

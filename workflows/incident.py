@@ -44,6 +44,8 @@ with workflow.unsafe.imports_passed_through():
         IncidentResult,
         IncidentState,
         JobRecord,
+        JobSpecSaved,
+        LoopCheckInput,
         LoopVerdict,
         ModeInput,
         NotifyEvent,
@@ -84,6 +86,13 @@ has its gather retried after ~15 s, not after the 2-minute start-to-close."""
 NOTIFY_HEARTBEAT = timedelta(seconds=15)
 """Heartbeat timeout of ``notify`` (it heartbeats every 5 s): a worker killed while notifying costs
 the incident ~15 s, not the 60 s start-to-close (notifications are best effort)."""
+PATCH_FAST_FIRST_ACTION = "fast-first-action"
+"""Reads that do not wait for each other run side by side: ``save_job_spec`` beside
+``gather_evidence``; after attribution ``read_guard_mode`` and the bad-checkpoint check
+(``checkpoint_loop``, when the policy asks for it) beside ``admit_incident``; a runbook started
+without a person's decision in between is told the check found nothing (``RunbookInput.loop_checked``)
+and does not repeat it. The decisions and their inputs are unchanged. Remove once no incident
+started before it is open."""
 MAX_TRIGGER_PAYLOAD = 4096
 """Characters of one ``add_trigger`` payload accepted by the Update (the kept text is capped further
 by ``revive.logline.cap_line``)."""
@@ -115,6 +124,13 @@ class IncidentWorkflow:
         """The guard's policy version at the gate (0: none applied there)."""
         self._admitted = False
         """The job record admitted this incident (``PATCH_JOB_RECORD``): report the outcome at close."""
+        self._fast = False
+        """``PATCH_FAST_FIRST_ACTION`` applies to this incident (decided once, in the gather stage)."""
+        self._mode_read: workflow.ActivityHandle[ModeAnswer] | None = None
+        self._loop_read: workflow.ActivityHandle[LoopVerdict] | None = None
+        """Reads started beside the job-record admission (``PATCH_FAST_FIRST_ACTION``)."""
+        self._waited = False
+        """The gate waited for a person (the bad-checkpoint check is then repeated by the runbook)."""
         self._stages: dict[str, datetime] = {}
         """State → when it was entered (workflow time): the card's and ``revive show``'s timings."""
 
@@ -123,6 +139,11 @@ class IncidentWorkflow:
         evidence = await self._gather(inp)
         attribution = await self._attribute(evidence)
         plan = await self._decide_plan(inp, evidence, attribution)
+        if plan.runbook not in RUNBOOKS:  # reads started beside the admission that this plan does not use
+            for read in (self._loop_read, self._mode_read):
+                if read is not None:
+                    await self._drop_read(read)
+            self._loop_read = self._mode_read = None
         if plan.runbook == RunbookName.none:
             return await self._close(IncidentOutcome.no_action, plan.rule)
         if plan.runbook == RunbookName.stop:
@@ -141,15 +162,22 @@ class IncidentWorkflow:
             root_signature=attribution.root_event.signature_id if attribution.root_event else None,
         )
         suspect: LoopVerdict | None = None
+        loop_log: steps.RunbookLog | None = None
         if (plan.runbook in RUNBOOKS and inp.policy.bad_checkpoint.enabled and inp.policy.bad_checkpoint.propose_previous
                 and inp.log_path and workflow.patched(PATCH_SUSPECT_NEEDS_PERSON)):
-            v = await steps.bad_checkpoint(rb_inp, steps.RunbookLog(plan.runbook))
+            loop_log = steps.RunbookLog(plan.runbook)
+            v = await steps.bad_checkpoint(rb_inp, loop_log, pending=self._loop_read)
+            self._loop_read = None
             if v is not None and v.previous is not None and v.proposal:
                 suspect = v
+            elif v is not None:
+                loop_log = None  # a suspect the gate cannot propose a way out of: the runbook escalates it
         gate_outcome = await self._gate_plan(inp, plan, suspect=suspect)
         if gate_outcome is not None:
             return await self._close(*gate_outcome)
         rb_inp = rb_inp.model_copy(update={"plan": plan})  # as the gate left it
+        if self._fast and loop_log is not None and suspect is None and not self._waited:
+            rb_inp = rb_inp.model_copy(update={"loop_checked": dict(loop_log.diagnostics)})
         if suspect is not None:
             d = self._gate.decision
             rb_inp = rb_inp.model_copy(update={"rollback": suspect, "rollback_approved_by": d.approver if d else None,
@@ -168,26 +196,50 @@ class IncidentWorkflow:
     # ---- stages --------------------------------------------------------------------------------
     async def _gather(self, inp: IncidentInput) -> EvidenceBundle:
         self._set_state(IncidentState.gathering)
+        gather_in = GatherEvidenceInput(incident_id=inp.incident_id, cluster=inp.cluster, job_id=inp.job.job_id,
+                                        trigger=inp.trigger, log_path=inp.log_path, nodes=inp.nodes,
+                                        attempt=inp.attempt)
         # patched: incidents recorded before job specs were saved must keep replaying
         if workflow.patched(PATCH_SAVE_JOB_SPEC):
+            self._fast = workflow.patched(PATCH_FAST_FIRST_ACTION)
+            if self._fast:  # the job spec and the evidence side by side
+                spec = self._start_save_job_spec(inp)
+                evidence = self._start_gather(gather_in)
+                try:
+                    await spec
+                except ActivityError:
+                    pass  # as in _save_job_spec
+                return await evidence
             await self._save_job_spec(inp)
-        return await workflow.execute_activity_method(
-            EvidenceActivities.gather_evidence,
-            GatherEvidenceInput(incident_id=inp.incident_id, cluster=inp.cluster, job_id=inp.job.job_id,
-                                trigger=inp.trigger, log_path=inp.log_path, nodes=inp.nodes, attempt=inp.attempt),
+        return await self._start_gather(gather_in)
+
+    def _start_gather(self, gather_in: GatherEvidenceInput) -> workflow.ActivityHandle[EvidenceBundle]:
+        return workflow.start_activity_method(
+            EvidenceActivities.gather_evidence, gather_in,
             # the activity heartbeats (timeouts change no command: histories replay)
             start_to_close_timeout=timedelta(minutes=2), heartbeat_timeout=GATHER_HEARTBEAT,
             retry_policy=retry.READ_ONLY, summary="gather evidence",
         )
 
+    def _start_save_job_spec(self, inp: IncidentInput) -> workflow.ActivityHandle[JobSpecSaved]:
+        return workflow.start_activity_method(
+            JobSpecActivities.save_job_spec,
+            SaveJobSpecInput(incident_id=inp.incident_id, cluster=inp.cluster, job_id=inp.job.job_id),
+            start_to_close_timeout=retry.SHORT, retry_policy=retry.READ_ONLY, summary="save job spec",
+        )
+
+    @staticmethod
+    async def _drop_read(handle: workflow.ActivityHandle[Any]) -> None:
+        """Wait out a read whose answer is no longer needed (its failure changes nothing)."""
+        try:
+            await handle
+        except ActivityError:
+            pass
+
     async def _save_job_spec(self, inp: IncidentInput) -> None:
         """The batch script and options, for a resubmission if the job cannot be requeued."""
         try:
-            await workflow.execute_activity_method(
-                JobSpecActivities.save_job_spec,
-                SaveJobSpecInput(incident_id=inp.incident_id, cluster=inp.cluster, job_id=inp.job.job_id),
-                start_to_close_timeout=retry.SHORT, retry_policy=retry.READ_ONLY, summary="save job spec",
-            )
+            await self._start_save_job_spec(inp)
         except ActivityError:
             pass  # a resubmission then needs slurmctld to still know the job at action time
 
@@ -231,6 +283,8 @@ class IncidentWorkflow:
         # patched: incidents recorded before the job record read the history through visibility
         if workflow.patched(PATCH_JOB_RECORD):
             root = a.root_event.signature_id if a.root_event else None
+            if self._fast:
+                self._start_reads(inp, a)
             answer: AdmitAnswer = await workflow.execute_activity_method(
                 GuardActivities.admit_incident,
                 AdmitIncidentInput(
@@ -256,6 +310,24 @@ class IncidentWorkflow:
         workflow.set_current_details(self._details())
         return self._plan
 
+    def _start_reads(self, inp: IncidentInput, a: Attribution) -> None:
+        """Start the gate's mode read and the bad-checkpoint check, to run beside the admission
+        (``PATCH_FAST_FIRST_ACTION``). Same inputs as when they ran one after the other; the check
+        runs whenever the policy asks for it and its answer is used only by a requeueing plan."""
+        if workflow.patched(PATCH_MODE_FROM_GUARD):
+            self._mode_read = workflow.start_activity_method(
+                GuardActivities.read_guard_mode,
+                ModeQuery(cluster=inp.cluster, partition=inp.partition, fallback=inp.policy.mode_for(inp.partition)),
+                start_to_close_timeout=retry.SHORT, retry_policy=retry.READ_ONLY, summary="read mode from guard",
+            )
+        bc = inp.policy.bad_checkpoint
+        if (bc.enabled and bc.propose_previous and inp.log_path and workflow.patched(PATCH_SUSPECT_NEEDS_PERSON)
+                and workflow.patched(steps.PATCH_BAD_CHECKPOINT)):
+            self._loop_read = steps.start_loop_check(LoopCheckInput(
+                incident_id=inp.incident_id, cluster=inp.cluster, job=inp.job, log_path=inp.log_path,
+                category=a.category, root_signature=a.root_event.signature_id if a.root_event else None,
+                checkpoint_iteration=inp.checkpoint_iteration, within_iterations=bc.within_iterations))
+
     async def _gate_plan(self, inp: IncidentInput, plan: Plan,
                          suspect: LoopVerdict | None = None) -> tuple[IncidentOutcome, str] | None:
         """Mode (read fresh) and the drain circuit breaker decide whether a person must approve.
@@ -267,8 +339,12 @@ class IncidentWorkflow:
         never proceeds. Returns a closing (outcome, reason) when the plan must not run, else None.
         """
         # patched: incidents recorded before the guard held the mode re-read the policy file
-        if workflow.patched(PATCH_MODE_FROM_GUARD):
-            got: ModeAnswer = await workflow.execute_activity_method(
+        if self._mode_read is not None:  # started beside the admission, moments ago
+            got: ModeAnswer = await self._mode_read
+            self._mode_read = None
+            self._mode, self._mode_source, self._policy_version = got.mode, got.source, got.policy_version
+        elif workflow.patched(PATCH_MODE_FROM_GUARD):
+            got = await workflow.execute_activity_method(
                 GuardActivities.read_guard_mode,
                 ModeQuery(cluster=inp.cluster, partition=inp.partition, fallback=inp.policy.mode_for(inp.partition)),
                 start_to_close_timeout=retry.SHORT, retry_policy=retry.READ_ONLY, summary="read mode from guard",
@@ -296,6 +372,7 @@ class IncidentWorkflow:
         if not plan.needs_approval:
             return None
         self._set_state(IncidentState.awaiting_approval)
+        self._waited = True
         self._gate.open = True  # a decision sent while the notification is on its way counts
         await self._notify("approval_needed", plan.approval_reason)
         decision = await self._gate.wait(inp.policy.approval.timeout)

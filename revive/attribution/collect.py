@@ -24,6 +24,8 @@ MAX_CASCADES = 25
 MAX_PROGRESS = 5000
 
 _ATTEMPT = "=== attempt restart="
+MAX_PREV_ATTEMPT_LINES = 2000
+"""How much of the previous attempt's tail rule 3ad compares (its last lines hold its failure)."""
 _RESUMED = "resumed from checkpoint"
 _STEP_TEARDOWN = ("srun: Job step aborted", "srun: forcing job termination", " CANCELLED AT ")
 """Slurm tearing the step (or job) down: srun 22.05 ``srun: Job step aborted: Waiting up to N seconds
@@ -87,6 +89,8 @@ class _Ctx:
     attempt_start: datetime | None = None
     notes: list[str] = field(default_factory=list)
     seq: int = 0
+    prev_attempt: list[str] = field(default_factory=list)
+    """Raw lines of the attempt before the window (rule 3ad: an error that repeats is not transient)."""
 
 
 
@@ -179,6 +183,9 @@ def _collect_job_log(ctx: _Ctx) -> None:
             after = [a for a in attempts if a > target]
             start = before[-1] if before else 0
             end = after[0] if after else len(lines)
+        prev = [a for a in attempts if a < start]
+        if start > 0:
+            ctx.prev_attempt = lines[(prev[-1] if prev else 0):start][-MAX_PREV_ATTEMPT_LINES:]
         body, meta = split_prefix(lines[start][:MAX_TEXT])
         m = re.search(r"restart=\d+ (\S+)", body)
         if m:

@@ -132,3 +132,34 @@ def _silent_hang(ctx: _Ctx) -> str:
     return ""
 
 
+def _prev_attempt_stalled(ctx: _Ctx) -> str:
+    """Rule 3ae: the previous attempt (``ctx.prev_attempt``) also went silent, with no Python error.
+
+    Its progress lines' stamps give a cadence (>= 3 stamped progress lines); its end is the window's
+    restart marker stamp (``ctx.attempt_start``) or its own last stamped line. A gap from its last
+    progress line to that end above max(``_SILENT_FACTOR`` x cadence, ``_SILENT_MIN_S``) is a stall;
+    a ``Traceback`` in that attempt means it failed differently. Returns why, or ""."""
+    if not ctx.prev_attempt or any("Traceback (most recent call last)" in x for x in ctx.prev_attempt):
+        return ""
+    stamps: list[datetime] = []
+    end_ts = ctx.attempt_start
+    last_ts: datetime | None = None
+    for raw in ctx.prev_attempt:
+        body, meta = split_prefix(raw[:MAX_TEXT])
+        ts = _parse_ts(meta.ts, meta.ts_kind, ctx.ref_year)
+        if ts is None:
+            continue
+        last_ts = ts
+        if ctx.matcher.progress_of(body)[0]:
+            stamps.append(ts)
+    end_ts = end_ts or last_ts
+    if len(stamps) < 3 or end_ts is None:
+        return ""
+    gaps = [(y - x).total_seconds() for x, y in zip(stamps, stamps[1:], strict=False) if y > x]
+    if not gaps:
+        return ""
+    cadence = statistics.median(gaps)
+    gap = (end_ts - stamps[-1]).total_seconds()
+    if gap > max(_SILENT_FACTOR * cadence, _SILENT_MIN_S):
+        return f"the previous attempt stalled the same way (no progress for {gap:.0f}s after a ~{cadence:g}s cadence)"
+    return ""

@@ -19,7 +19,7 @@ from revive.attribution.collect import (
 )
 from revive.attribution.explain import _explain_frame, _gpus
 from revive.attribution.throughput import _recovered, _slow_hosts_from_compute, _slow_nodes, _straggler
-from revive.attribution.timestamps import _ref_year, _silent_hang
+from revive.attribution.timestamps import _prev_attempt_stalled, _ref_year, _silent_hang
 from revive.logline import LINE_CAP as MAX_TEXT
 from revive.logline import cap_line
 from revive.models import (
@@ -32,7 +32,7 @@ from revive.models import (
     PriorIncident,
     TriggerKind,
 )
-from revive.signatures.matcher import Matcher
+from revive.signatures.matcher import Matcher, split_prefix
 
 _HW_CATEGORIES = {Category.gpu_hardware, Category.gpu_memory_ecc, Category.nvlink, Category.cuda_error}
 _CONFIDENCE = {1: 0.9, 2: 0.85, 3: 0.85, 4: 0.6, 5: 0.5, 6: 0.5, 7: 0.5, 8: 0.3, 9: 0.25}
@@ -43,6 +43,9 @@ _AVOID_NODE_SIGS = {"megatron.rerun_other_gpu", "megatron.rerun_same_gpu"}
 """Verdicts of unsettled cause whose remedy is to run elsewhere: the node is named so the requeue
 avoids it (Megatron's rerun state machine must resume on a different GPU to decide)."""
 _SYSTEM_DRAIN = {"storage.hung_task"}
+_NODE_FAILURE_HOST_SIGS = {"slurm.node_failure", "host.node_unreachable"}
+"""Node-failure signatures whose ``host`` field names the node that failed (srun's "Node failure on H";
+an ssh connect to a job node that times out or has no route): blame, not location."""
 """System-domain signatures whose remedy is draining the node (a task stuck in D state on a wedged
 mount): the one exception to "a drain only with domain hardware"."""
 
@@ -216,6 +219,14 @@ def _apply_field_rules(ctx: _Ctx) -> None:
         if generic_nccl and all(_after(e, first_wd) for e in generic_nccl):
             for e in generic_nccl:
                 e.m = e.m.model_copy(update={"role": "cascade"})
+    # 3w. the watchdog lines of different ranks name different collectives (or sizes) for the same
+    #     sequence number of one process group: the ranks issued mismatched collectives - a program
+    #     error (rank-dependent control flow, uneven inputs), it recurs on every retry
+    mismatch = _collective_mismatch(wd)
+    if mismatch:
+        for e in wd:
+            e.category, e.domain, e.tier, e.action = Category.app_bug, Domain.application, 3, Action.stop_no_retry
+            e.upgraded = mismatch
     # 3n. the first collectives timed out while a rank was still preprocessing its dataset: the
     #     process-group timeout is shorter than the preprocessing - the job's configuration, it recurs
     if wd:
@@ -265,7 +276,245 @@ def _apply_field_rules(ctx: _Ctx) -> None:
                 e.domain, e.action = Domain.system, Action.requeue_exclude_nodes
                 e.node = e.node or hints[0].node
                 e.upgraded = f"the node reports {hints[0].text.strip()[:80]!r}: peer-to-peer traffic is blocked there"
+    # 3p. a JAX coordination-service barrier that timed out: what it means depends on which barrier
+    #     and which tasks it names (the task lines that follow it)
+    for e in evs:
+        if e.m.id == "jax.barrier_timeout" and e.m.role == "root":
+            _jax_barrier_verdict(ctx, e, lines)
+    # 3q. an allocator OOM on the host (TensorFlow's ``device:CPU:N by allocator cpu``): host RAM, not GPU
+    for e in evs:
+        if e.m.id == "cuda.oom" and _HOST_ALLOCATOR.search(e.text[:MAX_TEXT]):
+            e.category, e.domain, e.action = Category.oom_host, Domain.application, Action.stop_no_retry
+            e.upgraded = "the allocation that failed was on the host (CPU allocator): host RAM is exhausted, not GPU memory"
+    # 3z. NCCL reports that a CUDA or verbs call it made was rejected as invalid (a caller error): the
+    #     library/stack versions or the program passed what the driver refuses - it recurs on a retry
+    if any(e.m.role == "root" and e.category == Category.nccl_error and e.domain == Domain.unknown for e in evs):
+        bad = next((x for x in lines if "NCCL WARN" in x and _NCCL_CALLER_ERROR.search(x[:MAX_TEXT])), "")
+        if bad:
+            for e in evs:
+                if e.m.role == "root" and e.category == Category.nccl_error and e.domain == Domain.unknown:
+                    e.domain, e.action = Domain.application, Action.stop_no_retry
+                    e.upgraded = (f"NCCL reports a call rejected as invalid ({bad.strip()[-90:]!r}): a caller error of "
+                                  "the software stack (NCCL/PyTorch versions or the program), not a transient fault; "
+                                  "it recurs on a retry")
+    # 3aa. NCCL telling a rank that a peer exited (``ncclRemoteError``, "remote process exited") beside a
+    #     Python exception another rank raised: that exception is the first failure, the NCCL error
+    #     its echo on the survivors (hardware evidence still outranks both by tier)
+    _peer_exit_cascade(evs)
+    # 3ad. a Python exception that the previous attempt already raised, word for word: not transient
+    _repeated_exception(ctx, evs)
+    # 3y. a generic Python exception whose type and message name no infrastructure is the program's own
+    #     error (catalog ``program_error``): it recurs on every retry
+    for e in evs:
+        if e.m.id == "py.exception_generic" and e.m.role == "root" and _program_error(ctx.matcher, e):
+            e.category, e.domain, e.action = Category.app_bug, Domain.application, Action.stop_no_retry
+            e.upgraded = ("a Python exception raised by the program (its type and message name no network, "
+                          "GPU, storage, memory or process fault): the job's own error, it recurs on a retry")
     ctx.events = evs
+
+
+_NCCL_CALLER_ERROR = re.compile(
+    r"Cuda failure (?:\d+ )?'(?:invalid argument|invalid resource handle|invalid device function|invalid device pointer|"
+    r"invalid value)'|Call to ibv_\w+ failed with error Invalid argument")
+"""A CUDA or verbs call NCCL made, rejected as the caller's error (NCCL ``NCCL WARN Cuda failure 'E'`` /
+``Call to ibv_X failed with error E``, NCCL 2.x). CUDA Runtime API cudaError_t (CUDA 12.x):
+cudaErrorInvalidValue (1, "one or more of the parameters passed to the API call is not within an
+acceptable range"), cudaErrorInvalidDevicePointer (17), cudaErrorInvalidDeviceFunction (98, "not
+compiled for the proper device architecture"), cudaErrorInvalidResourceHandle (400, "a resource handle
+passed to the API call was not valid"); ibv_modify_qp(3) etc. EINVAL ("invalid value provided in attr").
+Only applied to NCCL errors of unknown cause: an NVLS setup failure keeps its own (system) verdict."""
+
+
+_PEER_EXIT_SIGS = frozenset({"nccl.remote_error"})
+"""NCCL results that report a peer's exit, not a fault of their own: ``ncclRemoteError`` ("A call failed
+possibly due to a network error or a remote process exiting prematurely", nccl.h, NCCL 2.12-2.23) and
+PyTorch's rendering of it ("remote process exited or there was a network error", ProcessGroupNCCL,
+torch 2.x)."""
+_DIST_WORDS = ("nccl", "processgroup", "distributed", "c10d", "gloo")
+
+
+def _peer_exit_cascade(evs: list[_Ev]) -> None:
+    """Rule 3aa: demote peer-exit NCCL roots (and the other NCCL/c10d roots on their lines) to
+    cascades when another rank raised a Python exception.
+
+    The exception must be a job-log root of the ``python`` family whose line names no distributed
+    layer (``DistBackendError: NCCL error ...`` is the NCCL error itself) and, when both carry a rank,
+    come from a rank other than every peer-exit line's. Kernel (hardware) events are untouched."""
+    peer = [e for e in evs if e.m.role == "root" and e.m.id in _PEER_EXIT_SIGS and e.domain == Domain.unknown]
+    if not peer:
+        return
+    peer_lines = {(e.source, e.line_no) for e in peer}
+    peer_ranks = {e.rank for e in peer if e.rank is not None}
+    exc = [e for e in evs if e.m.role == "root" and e.m.family == "python" and not e.kernel
+           and (e.source, e.line_no) not in peer_lines
+           and not any(w in e.text[:MAX_TEXT].lower() for w in _DIST_WORDS)
+           and (e.rank is None or e.rank not in peer_ranks)]
+    if not exc:
+        return
+    first = min(exc, key=lambda e: e.seq)
+    # the same line's other NCCL/c10d roots (``DistBackendError: NCCL error ... remote process exited``)
+    echo = [e for e in evs if e.m.role == "root" and e.domain == Domain.unknown and not e.kernel
+            and (e.source, e.line_no) in peer_lines and e.m.family != "python"]
+    for e in echo:
+        e.tier, e.m = max(e.tier, 9), e.m.model_copy(update={"role": "cascade"})
+        e.upgraded = (f"a peer exited ({first.text.strip()[:80]!r} was raised first): the NCCL error is the "
+                      "survivors' echo of that exit, not a fault of its own")
+
+
+_INFRA_EXC_TYPES = ("oserror", "ioerror", "connection", "timeout", "brokenpipe", "memoryerror", "signal",
+                    "interrupt", "ncclerror", "cudaerror", "disterror", "distbackend", "diststore", "distnetwork",
+                    "rendezvous", "childfailed", "watchdog", "outofmemory")
+"""Exception types whose repeat may still be the machine's (a node that keeps failing the same way):
+rule 3ad leaves them to their own rules and to node history."""
+
+
+def _repeated_exception(ctx: _Ctx, evs: list[_Ev]) -> None:
+    """Rule 3ad: a crash-of-unknown-cause Python exception raised again after a restart is the program's.
+
+    ``ctx.prev_attempt`` holds the previous attempt's lines (``=== attempt restart=N`` markers). A
+    job-log root of the ``python`` family, domain unknown, whose exception line (prefix stripped:
+    rank, time) appears verbatim in that attempt, and whose type is not in ``_INFRA_EXC_TYPES``, becomes
+    ``app_bug`` / application / ``stop_no_retry``: the same inputs raised it twice."""
+    if not ctx.prev_attempt:
+        return
+    cand = [e for e in evs if e.m.role == "root" and e.m.family == "python" and e.domain == Domain.unknown
+            and not e.kernel and not any(t in (e.m.fields.get("exc_type") or "").lower() for t in _INFRA_EXC_TYPES)]
+    if not cand:
+        return
+    before = {split_prefix(x[:MAX_TEXT])[0].strip() for x in ctx.prev_attempt if "Error" in x or "Exception" in x}
+    for e in cand:
+        body = split_prefix(e.text[:MAX_TEXT])[0].strip()
+        if body and body in before:
+            e.category, e.domain, e.action = Category.app_bug, Domain.application, Action.stop_no_retry
+            e.upgraded = (f"the previous attempt raised the same exception ({body[:80]!r}): it recurs on a "
+                          "restart, so it is the program's (or its inputs'), not a transient fault")
+
+
+_TENSOR_DEVICE_TOKENS = re.compile(
+    r"(?i)torch\.cuda\.\w*Tensor|\bdevice\(type='cuda'[^)]*\)|\bdevice='cuda(?::\d+)?'|\bcuda:\d+\b|\bon device cuda\b")
+"""Tensor type and device names in torch's own type/device checks ("Input type (torch.cuda.HalfTensor)
+and weight type (torch.cuda.FloatTensor) should be the same", "found at least two devices, cuda:0 and
+cpu"; torch 1.x-2.x ATen messages): they name where a tensor lives, not a CUDA fault, so they are
+removed before the ``program_error`` words are looked for."""
+_EXCLUDE_WORD_RE: dict[tuple[str, ...], re.Pattern[str]] = {}
+
+
+def _exclude_words_re(words: tuple[str, ...]) -> re.Pattern[str]:
+    """One regex for the catalog's exclude words, each anchored at a word start (``store`` is not
+    ``restore``, ``host`` is not ``ghost``); a word may still run on (``hostname``, ``nodes``)."""
+    r = _EXCLUDE_WORD_RE.get(words)
+    if r is None:
+        r = re.compile("|".join(r"(?<![a-z0-9])" + re.escape(w) for w in words))
+        _EXCLUDE_WORD_RE[words] = r
+    return r
+
+
+def _program_error(matcher: Matcher, e: _Ev) -> bool:
+    """True when the generic exception ``e`` (fields ``exc_type``, ``message``) is the program's own.
+
+    The catalog's ``program_error.exclude_types`` / ``exclude_words`` (lower-case substrings of the
+    type and of the message) mark infrastructure faults; an empty message decides nothing."""
+    exc = (e.m.fields.get("exc_type") or "").lower()
+    msg = (e.m.fields.get("message") or "").strip().lower()[:MAX_TEXT]
+    types = getattr(matcher, "program_error_types", ())
+    words = getattr(matcher, "program_error_words", ())
+    if not exc or not msg or not (types or words):
+        return False
+    msg = _TENSOR_DEVICE_TOKENS.sub(" ", msg)
+    return not any(t in exc for t in types) and not (words and _exclude_words_re(tuple(words)).search(msg))
+
+
+_PG_ID = re.compile(r"\bPG (?:ID )?(?P<pg>\d+)\b|\bprocess group (?P<pg_b>\d+)\b")
+_P2P_OPS = ("SEND", "RECV")
+
+
+def _collective_mismatch(wd: list[_Ev]) -> str:
+    """Why the watchdog timeouts show mismatched collectives, or "".
+
+    ``wd``: watchdog root events; those with ``seqnum`` and ``op_type`` fields (ProcessGroupNCCL's
+    ``WorkNCCL(SeqNum=N, OpType=OP, NumelIn=K, ...)``, torch 1.13-2.x) are grouped by process group
+    (``PG ID n`` / ``PG n`` when the line names it) and sequence number. Two ranks whose work at the
+    same slot differs in ``OpType`` (point-to-point ops excluded: their numbering is per pair), or in
+    ``NumelIn`` for the same op, called different collectives: the job's own error."""
+    slots: dict[tuple[str, str], dict[int, tuple[str, str]]] = {}
+    for e in wd:
+        seq, op = e.m.fields.get("seqnum"), (e.m.fields.get("op_type") or "").upper()
+        if not seq or not op or e.rank is None or any(p in op for p in _P2P_OPS):
+            continue
+        pg = _PG_ID.search(e.text[:MAX_TEXT])
+        key = ((pg.group("pg") or pg.group("pg_b") or "") if pg else "", seq)
+        slots.setdefault(key, {})[e.rank] = (op, e.m.fields.get("numel_in") or "")
+    for (_pg, seq), by_rank in sorted(slots.items()):
+        ops = {op for op, _ in by_rank.values()}
+        if len(ops) > 1:
+            shown = ", ".join(f"rank {r} {op}" for r, (op, _) in sorted(by_rank.items())[:4])
+            return (f"the ranks timed out in different collectives at sequence number {seq} ({shown}): mismatched "
+                    "collectives, a program error that recurs on every retry")
+        numels = {n for _, n in by_rank.values() if n}
+        if len(numels) > 1:
+            shown = ", ".join(f"rank {r} NumelIn={n}" for r, (_, n) in sorted(by_rank.items())[:4] if n)
+            return (f"the ranks timed out in {next(iter(ops))} at sequence number {seq} with different sizes "
+                    f"({shown}): mismatched collectives, a program error that recurs on every retry")
+    return ""
+
+
+_HOST_ALLOCATOR = re.compile(r"/device:CPU:\d+ by allocator (?:cpu|mklcpu)\b|on (?:host|CPU) by allocator cpu\b")
+"""TensorFlow's allocation-failure text names the device and allocator (tensorflow/core/framework/
+allocator / BFC allocator, TF 1.x-2.x: ``OOM when allocating tensor with shape[…] … on
+/job:…/device:CPU:0 by allocator cpu``): a CPU device means host memory ran out."""
+
+_JAX_TASK_LINE = re.compile(r"^\s*/job:[\w-]+/replica:\d+/task:(?P<task>\d+)\s*$")
+_JAX_TASKS_IN_TEXT = re.compile(r"/job:[\w-]+/replica:\d+/task:(?P<task>\d+)")
+_JAX_CONNECT_BARRIERS = ("PjRT_Client_Connect", "RegisterTask", "connect")
+"""Start-up barriers of ``jax.distributed.initialize`` (XLA pjrt/distributed/client.cc: every process
+connects through the ``PjRT_Client_Connect`` barrier; older versions register with RegisterTask)."""
+MAX_JAX_TASK_LINES = 4096
+
+
+def _jax_barrier_tasks(e: _Ev, lines: list[str]) -> set[int]:
+    """Task ids a JAX barrier timeout lists: the ``/job:…/task:N`` lines right after it (jax >= 0.4.14
+    prints one per missing task), else the ids quoted on the line itself (the gRPC message)."""
+    tasks: set[int] = set()
+    if e.line_no:
+        for x in lines[e.line_no:e.line_no + MAX_JAX_TASK_LINES]:
+            m = _JAX_TASK_LINE.match(x[:MAX_TEXT])
+            if not m:
+                break
+            tasks.add(int(m.group("task")))
+    if not tasks:
+        after = e.text.split("Barrier timed out", 1)[-1]
+        tasks = {int(m.group("task")) for m in _JAX_TASKS_IN_TEXT.finditer(after[:MAX_TEXT])}
+    return tasks
+
+
+def _jax_barrier_verdict(ctx: _Ctx, e: _Ev, lines: list[str]) -> None:
+    """Rule 3p (docs/attribution.md). Shutdown barrier → a task did not finish (a hang; at the end of a
+    finished run, the teardown's). The start-up connect barrier naming every task but task 0 → only
+    process 0 was ever started: the launch configuration (the same on every retry). Any other barrier
+    → the named tasks never arrived (died or were never launched): restart; one task named is its rank."""
+    barrier = e.m.fields.get("barrier") or e.m.fields.get("shutdown") or ""
+    tasks = _jax_barrier_tasks(e, lines if e.source == ctx.bundle.job_log_source else [])
+    if barrier.startswith("Shutdown"):
+        if _training_finished(ctx):
+            e.category, e.domain, e.action = Category.hang, Domain.application, Action.stop_no_retry
+            e.upgraded = ("the JAX shutdown barrier timed out after training had finished: a task hung on exit "
+                          "(teardown); a requeue would only hang again")
+        else:
+            e.category, e.domain, e.action = Category.hang, Domain.unknown, Action.restart_in_place
+            e.upgraded = "the JAX shutdown barrier timed out: at least one task did not finish (hung or too slow)"
+        return
+    if (any(b in barrier for b in _JAX_CONNECT_BARRIERS) and len(tasks) >= 2 and 0 not in tasks
+            and tasks == set(range(1, max(tasks) + 1))):
+        e.category, e.domain, e.action = Category.app_bug, Domain.application, Action.stop_no_retry
+        e.upgraded = (f"the start-up barrier timed out waiting for every other task (1-{max(tasks)}): only process 0 "
+                      "was started - the launch configuration (num_processes vs processes launched); it fails the "
+                      "same way on every retry")
+        return
+    if len(tasks) == 1 and e.rank is None:
+        e.rank = next(iter(tasks))
+    if tasks:
+        e.upgraded = (f"task(s) {sorted(tasks)[:8]} never reached the JAX barrier {barrier or '?'}: they died or were "
+                      "never launched")
 
 
 NODE_HISTORY_WINDOW = timedelta(days=30)
@@ -522,6 +771,13 @@ def _decide(ctx: _Ctx) -> Attribution:
                                    cascade_events=cite(None), action=Action.restart_in_place, node_notes=node_notes,
                                    explanation=f"Silent stall: {silent}, while the run was reading/downloading its "
                                                "checkpoint: a storage/transfer stall. Restart in place.")
+            if again := _prev_attempt_stalled(ctx):
+                # 3ae. the restart already hung the same way: the program's (or its stack's) hang
+                return Attribution(category=Category.hang, domain=Domain.application,
+                                   confidence=_conf("engine.silent_hang", 0.5), root_event=ev,
+                                   cascade_events=cite(None), action=Action.stop_no_retry, node_notes=node_notes,
+                                   explanation=f"Silent hang: {silent}; {again}: a hang that recurs after a restart "
+                                               "is not transient. Stop; collect py-spy stacks.")
             return Attribution(category=Category.hang, domain=Domain.application, confidence=_conf("engine.silent_hang", 0.5),
                                root_event=ev, cascade_events=cite(None), action=Action.restart_in_place,
                                node_notes=node_notes,
@@ -548,7 +804,9 @@ def _decide(ctx: _Ctx) -> Attribution:
                                            f"slow node.{tail}")
         if cascades_all:
             c = sorted(cascades_all, key=_order_key)[0]
-            return Attribution(category=c.category, domain=Domain.unknown, confidence=0.3, root_event=c.event(),
+            # a scheduler fact (the allocation ended on time / was preempted) keeps its system domain
+            c_dom = c.domain if c.category in (Category.timeout, Category.preempted) else Domain.unknown
+            return Attribution(category=c.category, domain=c_dom, confidence=0.3, root_event=c.event(),
                                cascade_events=cite(c), action=Action.restart_in_place, node_notes=node_notes,
                                culprit_ranks=[c.rank] if c.rank is not None else [],
                                explanation=f"Only secondary errors were found (first: {c.m.id}); the initiating event "
@@ -588,7 +846,7 @@ def _decide(ctx: _Ctx) -> Attribution:
     hw_node_events: list[_Ev] = []
     if cat == Category.node_failure:
         for e in roots:
-            if e.category == Category.node_failure and e.m.id == "slurm.node_failure":
+            if e.category == Category.node_failure and e.m.id in _NODE_FAILURE_HOST_SIGS:
                 h = _norm_host(e.m.fields.get("host"), nodes)
                 if h and h not in culprit_nodes:
                     culprit_nodes.append(h)

@@ -256,6 +256,9 @@ class EvidenceBundle(BaseModel):
     log_window_sha256: str | None = None
     notes: list[str] = Field(default_factory=list)
     """Problems met while gathering (e.g. ``job log unreadable: …``)."""
+    settle: str = ""
+    """How long the gatherer waited for the dying job before reading, and why the wait ended
+    (``"0.62 s: log quiet 0.5 s"``, ``"0.20 s: job FAILED"``, ``"2.00 s: limit"``); empty = no wait."""
 
 
 class GpuRef(BaseModel):

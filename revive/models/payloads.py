@@ -71,7 +71,13 @@ class GatherEvidenceInput(BaseModel):
     """The attempt the fault happened in: the log window ends where the next attempt begins
     (Slurm may already have requeued the job itself, e.g. after a node failure)."""
     settle_s: float = 2.0
-    """Seconds to wait for a failing job to finish writing before reading."""
+    """The longest wait, in seconds, for a failing job to finish writing before reading (0: none)."""
+    settle_quiet_s: float = 0.5
+    """The wait ends earlier once the job log has not grown for this many seconds (the dying job
+    has written its last lines), or at once when the job no longer runs (nothing of the attempt
+    writes any more). ``settle_quiet_s >= settle_s`` restores a fixed ``settle_s`` wait."""
+    settle_poll_s: float = 0.1
+    """Seconds between two looks (log size, job state) during the wait."""
 
 
 class RunbookInput(BaseModel):
@@ -94,6 +100,10 @@ class RunbookInput(BaseModel):
     """Set when a person approved resuming from ``rollback.previous`` instead of the suspect
     checkpoint: the runbook performs the layout's reversible step, then requeues."""
     rollback_approved_by: str | None = None
+    loop_checked: dict[str, str] | None = None
+    """Set when the incident ran the bad-checkpoint check itself just before starting the runbook
+    (no person's decision in between) and it found no suspect checkpoint: the check's diagnostics
+    (possibly empty). The runbook then does not run it again (``runbooks.steps.PATCH_LOOP_CHECKED``)."""
 
 
 class RunbookResult(BaseModel):

@@ -148,6 +148,11 @@ class FakeScheduler:
         self.calls.append(("update_job", {"job_id": str(job_id), **fields}))
         job = self._job(job_id)
         changes: dict = {}
+        if "ExcNodeList" in fields and job.state not in ("PENDING", *_FINISHED):
+            # Slurm 22.05 (checked on the testbed): `scontrol update JobId=<running> ExcNodeList=…`
+            # fails with "Job is no longer pending execution"
+            raise SchedulerCommandError(["scontrol", "update", f"JobId={job_id}", f"ExcNodeList={fields['ExcNodeList']}"],
+                                        1, f"Job is no longer pending execution for job {job_id}")
         for k, v in fields.items():
             if k == "ExcNodeList":
                 from revive.scheduler.hostlist import expand_hostlist

@@ -113,6 +113,9 @@ _PREFIXES: list[tuple[str, re.Pattern[str]]] = [
     ("nccl", re.compile(r"^(?P<host>[\w.-]+):\d+:\d+ \[(?P<gpu>\d+)\] ")),
     ("srun_l", re.compile(r"^(?P<rank>\d{1,6}): ")),
     ("mpirun", re.compile(r"^\[\d+,(?P<rank>\d+)\]<(?:stdout|stderr)>: ?")),
+    # Ray's worker-output prefix ("(RayTrainWorker pid=1234, ip=10.0.0.1) ", "(pid=1234) ", verl's
+    # "(WorkerDict pid=..., ip=...) "; ray/_private/worker.py print_worker_logs, Ray 2.x)
+    ("ray", re.compile(r"^\((?:[\w.:-]+ )?pid=\d+(?:, ip=(?P<ray_ip>[0-9A-Fa-f.:]+))?\) ")),
     ("pdsh", re.compile(r"^(?P<phost>[A-Za-z][\w.-]*\d[\w.-]*): (?=\S)")),
 ]
 _GLOG = re.compile(r"^\[?[IWEF](?P<md>\d{3,4}) (?P<t>\d\d:\d\d:\d\d(?:\.\d+)?)")
@@ -149,6 +152,8 @@ def split_prefix(line: str) -> tuple[str, LinePrefix]:
                 # pdsh/accelerate "host: " prefix: only a candidate (a driver tag looks the same);
                 # the engine keeps it when it names one of the job's nodes
                 meta.extra.setdefault("pdsh_host", gd["phost"])
+            if gd.get("ray_ip"):
+                meta.extra.setdefault("ray_ip", gd["ray_ip"])
             if gd.get("gpu") is not None:
                 meta.extra["gpu_index"] = gd["gpu"]
             if name == "kernel":
@@ -230,7 +235,7 @@ def load_catalog(path: Path | None = None) -> dict[str, Any]:
         data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
         for key in ("signatures", "progress", "hardware_typical"):
             docs[key].extend(data.get(key) or [])
-        for key in ("version", "xid_doc", "confidence_calibration"):
+        for key in ("version", "xid_doc", "confidence_calibration", "program_error"):
             if key in data:
                 docs[key] = data[key]
     return docs
@@ -267,6 +272,11 @@ class Matcher:
             pp.compiled = _compile(pp.regex, self.use_re2)
             self.progress.append(pp)
         self.hardware_typical = [h["id"] for h in cat.get("hardware_typical", [])]
+        pe = cat.get("program_error") or {}
+        self.program_error_types: tuple[str, ...] = tuple(
+            str(x).lower() for x in (pe.get("exclude_types") or []) if isinstance(x, str) and x) if isinstance(pe, dict) else ()
+        self.program_error_words: tuple[str, ...] = tuple(
+            str(x).lower() for x in (pe.get("exclude_words") or []) if isinstance(x, str) and x) if isinstance(pe, dict) else ()
         calib = cat.get("confidence_calibration") or {}
         self.calibration: list[dict[str, Any]] = list(calib.get("table") or []) if isinstance(calib, dict) else []
         lits = sorted({lit for s in self.signatures for lit in s.prefilter}, key=len, reverse=True)

@@ -57,6 +57,21 @@ def test_find_resume_needs_a_later_attempt_and_an_iteration_past_the_checkpoint(
     assert find_resume(lines, after_attempt=1).first_after is None
 
 
+def test_an_attempt_requeued_again_is_superseded_by_the_next_one():
+    """Attempt 1 resumed on node1, which Revive excluded too late (a self-requeued job); attempt 2
+    runs on node2: the resume that counts is attempt 2's, on node2 only."""
+    lines = ["=== attempt restart=0 t",
+             "=== attempt restart=1 t", "2026-11-29T15:01:00+00:00 [rank 0 host node1] resumed from checkpoint at iteration 10",
+             "2026-11-29T15:01:01+00:00 [rank 0 host node1] iteration 11/100 | loss 1"]
+    assert find_resume(lines, after_attempt=0).host_set == {"node1"}
+    lines += ["=== attempt restart=2 t"]
+    assert find_resume(lines, after_attempt=0).first_after is None
+    lines += ["2026-11-29T15:02:00+00:00 [rank 0 host node2] resumed from checkpoint at iteration 10",
+              "2026-11-29T15:02:01+00:00 [rank 0 host node2] iteration 11/100 | loss 1"]
+    r = find_resume(lines, after_attempt=0)
+    assert r.attempt == 2 and r.first_after == 11 and r.host_set == {"node2"}
+
+
 async def test_unreadable_log_gives_a_recorded_unknown_not_a_crash(tmp_path):
     sched = FakeScheduler(cluster="c", jobs=[JobRecord(job_id="1", nodes=["node1"], std_out="/nonexistent/x.out")])
     ev = EvidenceActivities(sched, str(tmp_path / "{node}.kern"), tmp_path / "ev")

@@ -75,3 +75,26 @@ async def test_a_log_no_profile_understands_is_unverified(tmp_path) -> None:
     (tmp_path / "slurm-7.out").write_text("starting\n")
     v = await _verify(sched, log, "doing things\nstill doing things\n", checkpoint=None, timeout_s=1.0)
     assert not v.recovered and v.unverified and "matched no progress profile" in v.detail
+
+
+async def test_an_attempt_on_an_excluded_node_requeued_once_more_does_not_prove_the_resume(tmp_path) -> None:
+    """Attempt 1 resumed on node2, which Revive excludes (the job had requeued itself onto it);
+    Revive requeues it once more; attempt 2 on node1,node3 resumes: that is the proof, at its time."""
+    sched, log = _job(tmp_path)
+    sched._set_job(sched.jobs["7"], nodes=["node1", "node2"])
+    (tmp_path / "slurm-7.out").write_text(OLD_MEGATRON)
+    later = NEW_MEGATRON.replace("10:00:05", "10:05:05")
+
+    async def requeued_again() -> None:
+        await asyncio.sleep(1.0)  # attempt 1 has proven progress on node2 by now
+        sched._set_job(sched.jobs["7"], restart_count=2, nodes=["node1", "node3"])
+        with open(log, "a") as f:
+            f.write(later)
+
+    again = asyncio.create_task(requeued_again())
+    try:
+        v = await _verify(sched, log, NEW_MEGATRON, checkpoint=40, timeout_s=4.0)
+    finally:
+        await again
+    assert v.recovered and v.nodes == ["node1", "node3"]
+    assert v.resumed_at is not None and v.resumed_at.minute == 5, v  # attempt 2's line, not attempt 1's

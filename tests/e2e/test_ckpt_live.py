@@ -95,10 +95,11 @@ def box(slurm_cluster, tmp_path):
 
 
 async def _runbook(env, cfg, job_id: str, log: str, category: Category, policy: RecoveryPolicy,
-                   checkpoint: int | None, incident_id: str | None = None) -> tuple[RunbookResult, RecordingScheduler]:
+                   checkpoint: int | None, incident_id: str | None = None,
+                   plan: Plan | None = None) -> tuple[RunbookResult, RecordingScheduler]:
     sched = RecordingScheduler(SlurmCLI.from_config(cfg))
-    plan = Plan(action=Action.restart_in_place, recommended=Action.restart_in_place, runbook=RunbookName.restart_in_place,
-                rule="runbook:restart_in_place", needs_approval=False)
+    plan = plan or Plan(action=Action.restart_in_place, recommended=Action.restart_in_place,
+                        runbook=RunbookName.restart_in_place, rule="runbook:restart_in_place", needs_approval=False)
     inp = RunbookInput(incident_id=incident_id or f"{cfg.name}-{job_id}-{uuid.uuid4().hex[:6]}", cluster=cfg.name,
                        job=JobIdentity(job_id=job_id, user="root", name=None, restart_count=0), plan=plan,
                        category=category, log_path=log, checkpoint_iteration=checkpoint, policy=policy)

@@ -224,6 +224,26 @@ def test_xid79_writes_kern_log_and_marker_and_fires_once(tmp_path):
     assert len(kern.read_text().splitlines()) == 1
 
 
+def test_nccl_fault_fails_the_rank_with_the_ncclsystemerror_revive_reads_as_an_nccl_error(tmp_path):
+    from revive.signatures.matcher import scan_text
+
+    ckpt = tmp_path / "ckpt"
+    ranks = Ranks(tmp_path, "nccl", ["--iterations", "200", "--step-seconds", "0.05", "--ckpt-dir", str(ckpt),
+                                     "--fault", "nccl", "--fault-node", "node2", "--fault-iteration", "3"],
+                  job_id="66")
+    rcs = ranks.wait()
+    assert rcs[1] == 1 and rcs[0] != 0, ranks.dump()  # the survivor fails in the collective
+    err1 = ranks.err(1)
+    assert ("torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1691, "
+            "unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.19.3") in err1, err1
+    assert "ncclSystemError: System call (e.g. socket, malloc) or external library call failed" in err1
+    assert _iterations(ranks.out(1)) == [1, 2]
+    hits = {m.id for _, m in scan_text(err1)}
+    assert "nccl.system_error" in hits, hits
+    marker = json.loads((ckpt / "fault-66.json").read_text())
+    assert (marker["kind"], marker["node"], marker["iteration"]) == ("nccl", "node2", 3)
+
+
 def test_hang_fault_blocks_one_rank_and_the_other_waits_in_the_collective(tmp_path):
     ckpt = tmp_path / "ckpt"
     ranks = Ranks(tmp_path, "hang", ["--iterations", "200", "--step-seconds", "0.05", "--ckpt-dir", str(ckpt),

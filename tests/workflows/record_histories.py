@@ -16,6 +16,10 @@ incident admits itself to its ``JobRecordWorkflow`` and reports its outcome ther
 v6ckpt (recorded on a parallel branch): the runbooks' ``save-before-requeue``, ``bad-checkpoint-loop``
 and ``dependents`` patches (``runbooks.steps``), plus a straggler that saves on SIGUSR1 and a crash
 whose ``afterok`` dependent is re-pointed. v8ckpt: code with both, plus ``"suspect-checkpoint-needs-person"`` (incident) and ``"rollback-on-approval"`` (runbooks).
+v9fast: ``"fast-first-action"`` (incident: independent reads side by side) and ``"loop-checked-by-incident"``
+(runbooks), incidents only (the guard and job-record workflows did not change)::
+
+    .venv/bin/python -m tests.workflows.record_histories incidents
 
 ``rts1`` (``RTS_TAG``) records the return-to-service workflows only (``ReturnToServiceWorkflow`` and
 its ``NodeCheckWorkflow`` children: a passing check resumed in auto mode, a failing one, and a
@@ -57,7 +61,7 @@ from workflows.incident import IncidentWorkflow  # noqa: E402
 from workflows.job_record import JobRecordWorkflow  # noqa: E402
 
 OUT = ROOT / "tests" / "histories"
-TAG = "v8ckpt"
+TAG = "v9fast"
 """Bump when recording after a workflow change; keep older files: they must still replay."""
 
 
@@ -279,6 +283,8 @@ async def main() -> None:
                      None, False, expect_runbook="StragglerRunbook", resume_after_requeue=41, seed=_saves_on_usr1)
         await record(env, "crash-dependent-rewait", "segfault", auto, None, True,
                      expect_runbook="RestartInPlaceRunbook", seed=_failed_dependent)
+        if sys.argv[1:] == ["incidents"]:  # only the incident workflows and their runbooks changed
+            return
         await record_guard(env)
         await record_job_record(env)
 

@@ -137,6 +137,54 @@ async def test_lightning_requeues_itself_after_its_save_and_revive_does_not_requ
     assert "requeued itself" in next(a for a in res.actions if a.action.value == "wait_for_checkpoint").detail
 
 
+def _lightning_straggler(tmp_path, restarts_onto: list[str] | None):
+    """A Lightning job slowed by node2: on USR1 it saves and runs `scontrol requeue` itself; with
+    ``restarts_onto`` Slurm starts the new attempt there before Revive can set the exclusion."""
+    sched, cfg, log = fake_cluster(tmp_path, "straggler")
+    log.write_text(lightning_log())
+
+    def lightning(sig: str, scope: str) -> None:
+        with log.open("a") as f:
+            f.write(LIGHTNING_SAVED)
+        job = sched.jobs["7"]
+        if restarts_onto is None:
+            sched._set_job(job, state="PENDING", reason="BeginTime", restart_count=1, nodes=[])
+        else:
+            sched._set_job(job, state="RUNNING", restart_count=1, nodes=restarts_onto)
+
+    sched.on_signal["7"] = lightning
+    pol = RecoveryPolicy(mode="auto", verify={"timeout": 2, "poll_interval": 0.2})
+    inp = _input(log, RunbookName.straggler, Category.straggler, pol, exclude=["node2"], checkpoint=None)
+    return sched, cfg, inp
+
+
+async def test_lightning_straggler_that_requeued_itself_is_held_while_the_slow_node_is_excluded(ts_env, tmp_path):
+    """The self-requeued job is eligible again within seconds: Revive holds it, sets
+    ExcNodeList=node2, releases — no second requeue, and no window for Slurm to pick node2."""
+    sched, cfg, inp = _lightning_straggler(tmp_path, restarts_onto=None)
+    res = await _run(ts_env, sched, cfg, inp)
+    assert [c[0] for c in sched.mutating_calls] == ["signal_job", "hold", "update_job", "release"], sched.calls
+    assert sched.mutating_calls[2][1]["ExcNodeList"] == "node2"
+    job = sched.jobs["7"]
+    assert job.restart_count == 1 and job.exc_nodes == ["node2"] and not job.hold
+    requeue = next(a for a in res.actions if a.action.value == "requeue")
+    assert requeue.changed and "held while set" in requeue.detail
+
+
+async def test_lightning_straggler_restarted_on_the_slow_node_before_the_exclusion_is_requeued_once_more(
+        ts_env, tmp_path):
+    """Slurm started the self-requeued attempt on node2 again before the exclusion (22.05 refuses
+    ExcNodeList on a running job): that attempt is requeued once more, held, excluded, released."""
+    sched, cfg, inp = _lightning_straggler(tmp_path, restarts_onto=["node1", "node2"])
+    res = await _run(ts_env, sched, cfg, inp)
+    assert [c[0] for c in sched.mutating_calls] == ["signal_job", "requeue", "update_job", "release"], sched.calls
+    assert sched.mutating_calls[1][1] == {"job_id": "7", "hold": True}
+    job = sched.jobs["7"]
+    assert job.restart_count == 2 and job.exc_nodes == ["node2"]
+    requeue = next(a for a in res.actions if a.action.value == "requeue")
+    assert "started on excluded node2 before the exclusion was set" in requeue.detail
+
+
 async def test_hang_is_not_signalled_by_default(ts_env, tmp_path):
     sched, cfg, log = fake_cluster(tmp_path, "hang")
     log.write_text(lightning_log())

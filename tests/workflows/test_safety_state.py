@@ -300,3 +300,35 @@ def test_inline_secrets_in_the_config_are_refused():
 def test_the_record_is_one_per_cluster_and_job_id():
     assert ids.job_record_id("c", "7") == "revive-job-c-7"
     assert ids.job_record_id("c", "7", "other") == "revive-job-c-7@other"
+
+
+async def test_the_first_admit_of_a_job_reads_visibility_once_for_its_seed_and_its_nodes(local_env, tmp_path):
+    """Job 43's record does not exist yet and one of its incidents closed before the record: that
+    incident seeds the record, and the nodes' recent incidents come from the same read (run beside
+    the record's describe and Update, not after them)."""
+    from revive.decide.budgets import JobIncidentHistory, prior_from_result
+    from revive.models import Action, IncidentResult
+
+    earlier = IncidentResult(incident_id="fake-43-a0-old", outcome=IncidentOutcome.recovered, job_id="43",
+                             category=Category.crash, executed=Action.restart_in_place, closed_at=T0)
+    on_node = IncidentResult(incident_id="fake-9-a0-xid", outcome=IncidentOutcome.recovered, job_id="9",
+                             category=Category.gpu_hardware, culprit_nodes=["node2"], closed_at=T0)
+    reads: list[IncidentHistoryInput] = []
+
+    class Counting(GuardActivities):
+        async def incident_history(self, inp: IncidentHistoryInput) -> JobIncidentHistory:
+            reads.append(inp)
+            return JobIncidentHistory(prior=[prior_from_result(earlier, "43")], requeues=1,
+                                      node_incidents=[prior_from_result(on_node)])
+
+    tq = _tq()
+    sched, cfg, _ = fake_cluster(tmp_path, "app")
+    async with build_worker(local_env.client, cfg, sched, task_queue=tq):
+        a = AdmitInput(cluster="fake", job_id="43", incident_id="fake-43-a1-new", attempt=1, family="job",
+                       category=Category.crash, now=T0 + timedelta(minutes=5), job_submit_time=T0)
+        answer = await Counting(local_env.client, tq).admit_incident(AdmitIncidentInput(
+            admit=a, history=IncidentHistoryInput(cluster="fake", job_id="43", nodes=["node2"])))
+        await local_env.client.get_workflow_handle(ids.job_record_id("fake", "43", tq)).terminate("test over")
+    assert len(reads) == 1 and reads[0].nodes == ["node2"]
+    assert [p.incident_id for p in answer.history.prior] == ["fake-43-a0-old"]  # the seed
+    assert [p.incident_id for p in answer.history.node_incidents] == ["fake-9-a0-xid"]
