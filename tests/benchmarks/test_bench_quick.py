@@ -12,11 +12,12 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _bench(script: str, *args: str, timeout: float = 180) -> dict[str, str]:
+def _bench(script: str, *args: str, timeout: float = 180, line: str = "") -> dict[str, str]:
+    """The fields of the script's last ``BENCH <line>`` line (any BENCH line when ``line`` is empty)."""
     p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args], capture_output=True, text=True,
                        timeout=timeout, cwd=ROOT)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
-    lines = [x for x in p.stdout.splitlines() if x.startswith("BENCH ")]
+    lines = [x for x in p.stdout.splitlines() if x.startswith(f"BENCH {line}")]
     assert lines, p.stdout
     fields = dict(kv.split("=", 1) for kv in lines[-1].split()[2:])
     return fields
@@ -63,7 +64,14 @@ def test_bench_schedpoll_quick_times_every_access_path(slurm_cluster):
 
 @pytest.mark.e2e
 def test_bench_mttd_quick_times_one_real_recovery(slurm_cluster):
-    f = _bench("bench_mttd.py", "--quick", timeout=600)
+    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_mttd.py"), "--quick"], capture_output=True,
+                       text=True, timeout=600, cwd=ROOT)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
+    bench = {ln.split()[1]: dict(kv.split("=", 1) for kv in ln.split()[2:])
+             for ln in p.stdout.splitlines() if ln.startswith("BENCH ")}
+    f = bench["mttd"]
     assert f["fault"] == "xid79" and f["runs"] == "1" and f["ok"] == "1"
     detect, action, resume = _num(f["detect_p50_s"]), _num(f["action_p50_s"]), _num(f["resume_p50_s"])
     assert 0 < detect < action < resume  # fault → incident → drain/requeue → progress past the checkpoint
+    stages = bench["action_stages"]  # where the time to the first action went
+    assert stages["fault"] == "xid79" and _num(stages["gather_p50_s"]) > 0
