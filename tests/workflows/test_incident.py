@@ -4,7 +4,7 @@ FakeScheduler (which records every mutating call) and real log/kernel-log files.
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
 from temporalio import activity
@@ -169,7 +169,10 @@ async def test_an_approval_the_operator_gave_up_on_is_refused_as_stale(ts_env, t
     and by the Signal handler (recorded), and the incident still takes a fresh decision."""
     sched, cfg, log = fake_cluster(tmp_path, "xid79")
     pol = RecoveryPolicy(approval={"timeout": 3600})
-    past = datetime.now(UTC) - timedelta(minutes=5)
+    # the time-skipping server's clock, not the wall clock: earlier tests on the shared server
+    # skipped it ahead (years, by the end of the suite)
+    now = await ts_env.get_current_time()
+    past = now - timedelta(minutes=5)
 
     async def during(h):
         await _wait_state(h, "awaiting_approval")
@@ -178,7 +181,7 @@ async def test_an_approval_the_operator_gave_up_on_is_refused_as_stale(ts_env, t
         assert "stale" in str(e.value.cause)
         await h.signal("decide", {"decision": "approve", "approver": "carol", "valid_until": past.isoformat()})
         await h.execute_update("decide", Decision(decision="reject", approver="bob",
-                                                  valid_until=datetime.now(UTC) + timedelta(days=365)))
+                                                  valid_until=(await ts_env.get_current_time()) + timedelta(days=365)))
 
     res = await _run(ts_env, sched, cfg, incident(log, pol), during)
     assert res.outcome == IncidentOutcome.rejected and res.decided_by == "bob"
