@@ -10,6 +10,7 @@ they are cancelled in teardown (the cluster may be shared)."""
 from __future__ import annotations
 
 import asyncio
+import shlex
 import subprocess
 import uuid
 from pathlib import Path
@@ -48,6 +49,21 @@ saved() { echo "$(ts) [rank 0 host ${SLURMD_NODENAME:-node}] saved checkpoint at
 R=${SLURM_RESTART_COUNT:-0}
 echo "=== attempt restart=$R $(ts)"
 '''
+
+
+def usr1_step(tmp_path: Path, on_usr1: str) -> Path:
+    """A job step printing an iteration every 0.3 s from the checkpoint in ``<tmp>/ckpt`` (``$CK``,
+    the iteration ``$i``), running the bash ``on_usr1`` when it gets SIGUSR1."""
+    step = tmp_path / "step.sh"
+    step.write_text("#!/bin/bash\n" + _LINES.replace('echo "=== attempt', ': "') + r'''
+CK=''' + str(tmp_path / "ckpt") + r'''
+i=$(cat "$CK" 2>/dev/null || echo 0)
+[ "$R" != 0 ] && echo "$(ts) [rank 0 host $SLURMD_NODENAME] resumed from checkpoint at iteration $i"
+trap ''' + shlex.quote(on_usr1) + r''' USR1
+while true; do i=$((i+1)); it $i; sleep 0.3; done
+''')
+    step.chmod(0o755)
+    return step
 
 
 @activity.defn(name="incident_history")
@@ -146,15 +162,7 @@ async def test_sigusr1_save_before_requeue(ts_env, box, tmp_path):
     """A job step traps USR1 and writes its checkpoint line; a fault line while it runs → the
     runbook sends USR1 to the steps (`scancel --signal=USR1`), sees the save, requeues, and the next
     attempt resumes from the checkpoint saved on the signal."""
-    step = tmp_path / "step.sh"
-    step.write_text("#!/bin/bash\n" + _LINES.replace('echo "=== attempt', ': "') + r'''
-CK=''' + str(tmp_path / "ckpt") + r'''
-i=$(cat "$CK" 2>/dev/null || echo 0)
-[ "$R" != 0 ] && echo "$(ts) [rank 0 host $SLURMD_NODENAME] resumed from checkpoint at iteration $i"
-trap 'echo $i > "$CK"; saved $i' USR1
-while true; do i=$((i+1)); it $i; sleep 0.3; done
-''')
-    step.chmod(0o755)
+    step = usr1_step(tmp_path, 'echo $i > "$CK"; saved $i')
     script = _LINES + f"srun --ntasks=1 {step}\n"
     job = box.sbatch(script, "--requeue", "--nodes=1", "--open-mode=append", "-o", str(tmp_path / "usr1-%j.out"))
     recs = await box.until(job, lambda rs: rs[0].state == "RUNNING", "running")

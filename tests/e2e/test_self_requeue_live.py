@@ -22,7 +22,7 @@ from temporalio.testing import ActivityEnvironment
 from activities.remediation import RemediationActivities
 from revive.models import Action, Category, IncidentOutcome, JobIdentity, Plan, RequeueInput, RunbookName
 from revive.scheduler.slurm_cli import SlurmCLI
-from tests.e2e.test_ckpt_live import _LINES, POLICY, Box, _runbook
+from tests.e2e.test_ckpt_live import _LINES, POLICY, Box, _runbook, usr1_step
 from tests.e2e.test_ckpt_live import box as box  # noqa: F401  (fixture)
 from tests.helpers import slurm as hs
 
@@ -31,15 +31,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slurm, pytest.mark.temporal]
 
 def _self_requeuing_job(box: Box, tmp_path: Path) -> str:
     """One node; iterations every 0.3 s; on USR1 it saves its iteration and requeues itself."""
-    step = tmp_path / "step.sh"
-    step.write_text("#!/bin/bash\n" + _LINES.replace('echo "=== attempt', ': "') + r'''
-CK=''' + str(tmp_path / "ckpt") + r'''
-i=$(cat "$CK" 2>/dev/null || echo 0)
-[ "$R" != 0 ] && echo "$(ts) [rank 0 host $SLURMD_NODENAME] resumed from checkpoint at iteration $i"
-trap 'echo $i > "$CK"; saved $i; scontrol requeue "$SLURM_JOB_ID"; exit 0' USR1
-while true; do i=$((i+1)); it $i; sleep 0.3; done
-''')
-    step.chmod(0o755)
+    step = usr1_step(tmp_path, 'echo $i > "$CK"; saved $i; scontrol requeue "$SLURM_JOB_ID"; exit 0')
     return box.sbatch(_LINES + f"srun --ntasks=1 {step}\n", "--requeue", "--nodes=1", "--open-mode=append",
                       "-o", str(tmp_path / "selfrq-%j.out"))
 
