@@ -17,7 +17,7 @@ State is small: at most ``MAX_ENTRIES`` incidents (oldest dropped, their requeue
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from pydantic import BaseModel, Field
 
@@ -69,6 +69,9 @@ class JobRecordState(BaseModel):
     """Requeues of entries dropped by the ``MAX_ENTRIES`` cap (still counted in the budget)."""
     seeded: bool = False
     """The visibility fallback was merged once (incidents closed before the record existed)."""
+    earlier_jobs: int = 0
+    """Jobs that had this id before (a re-created cluster, Slurm's id wrap-around): each time an
+    admit named another first SubmitTime, the record started afresh for the new job."""
 
 
 class AdmitInput(BaseModel):
@@ -128,10 +131,30 @@ def _pending(e: JobEntry, now: datetime) -> bool:
     return e.outcome is None and now - e.admitted_at < PENDING_EXPIRY
 
 
+def _utc_second(t: datetime) -> datetime:
+    return (t if t.tzinfo else t.replace(tzinfo=UTC)).astimezone(UTC).replace(microsecond=0)
+
+
+def _another_job(st: JobRecordState, inp: AdmitInput) -> bool:
+    """The admit names a first SubmitTime other than the record's (to the second, as incident ids
+    stamp it), and the incident is not one the record already holds (a retried admit)."""
+    if st.first_submit is None or inp.job_submit_time is None:
+        return False
+    if any(e.incident_id == inp.incident_id for e in st.entries):
+        return False
+    return _utc_second(inp.job_submit_time) != _utc_second(st.first_submit)
+
+
 def admit(st: JobRecordState, inp: AdmitInput) -> AdmitAnswer:
     """Answer an admit and enter the incident as open (mutates ``st``). Idempotent per incident id:
     a repeated admit (retried activity, replayed incident) answers the same history without a
     second entry."""
+    if _another_job(st, inp):
+        # the monitor names each job by its first SubmitTime (kept across requeues, recovered from
+        # the incidents after a restart), as the incident ids do: this is a different job behind
+        # a reused id, and the earlier job's incidents are not its budget
+        st.earlier_jobs += 1
+        st.first_submit, st.entries, st.requeues_dropped = None, [], 0
     if st.first_submit is None and inp.job_submit_time is not None:
         st.first_submit = inp.job_submit_time
     if inp.seed and not st.entries and not st.seeded:

@@ -102,6 +102,27 @@ def test_admit_is_idempotent_and_a_lost_incident_stops_reserving_after_the_expir
     assert late.reserved == 0 and late.history.requeues == 0
 
 
+def test_a_reused_job_id_is_another_job_whose_budget_starts_afresh():
+    """Job 7 of a re-created cluster (or after Slurm's id wrap-around) is a different job: the
+    monitor names it by another first SubmitTime. The earlier job 7's requeues are not its budget;
+    the same job requeued (same first SubmitTime, its SubmitTime reset by Slurm) keeps counting."""
+    st = JobRecordState(cluster="c", job_id="7")
+    pol = RecoveryPolicy.model_validate({"budgets": {"max_requeues_per_job": 1}})
+    att = Attribution(category=Category.gpu_hardware, domain=Domain.hardware, action=Action.drain_and_requeue)
+    admit(st, _admit("c-7-old-a0"))
+    report(st, ReportInput(cluster="c", job_id="7", incident_id="c-7-old-a0", outcome=IncidentOutcome.recovered,
+                           executed=Action.drain_and_requeue, closed_at=T0 + timedelta(minutes=1)))
+    same_job = admit(st, _admit("c-7-old-a1", attempt=1, at=T0 + timedelta(minutes=5)))
+    assert stop_rule(same_job.history, att, pol, None) == RULE_MAX_REQUEUES
+    later = T0 + timedelta(days=2)
+    new_job = _admit("c-7-new-a0", at=later + timedelta(minutes=1)).model_copy(update={"job_submit_time": later})
+    fresh = admit(st, new_job)
+    assert fresh.first_submit == later and st.earlier_jobs == 1
+    assert fresh.history.requeues == 0 and stop_rule(fresh.history, att, pol, None) is None
+    assert [e.incident_id for e in st.entries] == ["c-7-new-a0"]
+    assert admit(st, new_job).first_submit == later and st.earlier_jobs == 1  # a retried admit: the same job
+
+
 def test_the_record_stays_small_and_keeps_counting_dropped_requeues():
     st = JobRecordState(cluster="c", job_id="7")
     for i in range(MAX_ENTRIES + 10):
