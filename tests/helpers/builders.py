@@ -116,3 +116,19 @@ def incident(log: Path, policy: RecoveryPolicy, iid: str = "fake-7-a0-gpu", trig
         partition="debug", nodes=["node1", "node2"], log_path=str(log), detected_at=T0 + timedelta(seconds=20),
         policy=policy, checkpoint_iteration=10,
     )
+
+
+async def start_incident(client, tq: str, inp):  # noqa: ANN001, ANN201
+    """Start ``IncidentWorkflow`` for ``inp`` on ``tq`` with the search attributes the monitor sets
+    (cluster, job id, incident id, nodes); returns the handle."""
+    from temporalio.common import SearchAttributePair, TypedSearchAttributes
+
+    from revive import search_attributes as sa
+    from workflows.incident import IncidentWorkflow
+
+    return await client.start_workflow(
+        IncidentWorkflow.run, inp, id=inp.incident_id, task_queue=tq,
+        search_attributes=TypedSearchAttributes([
+            SearchAttributePair(sa.CLUSTER, inp.cluster), SearchAttributePair(sa.JOB_ID, inp.job.job_id),
+            SearchAttributePair(sa.INCIDENT_ID, inp.incident_id), SearchAttributePair(sa.NODES, list(inp.nodes)),
+        ]))

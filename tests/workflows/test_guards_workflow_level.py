@@ -15,17 +15,14 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
-import revive.search_attributes as sa
 from activities.jobspec import JobSpecActivities
 from activities.remediation import RemediationActivities
 from revive.models import IncidentInput, IncidentOutcome, IncidentResult, JobIdentity, SaveJobSpecInput
 from revive.policy import RecoveryPolicy
 from revive.scheduler.fake import FakeScheduler
-from tests.helpers.builders import T0, fake_cluster, incident
+from tests.helpers.builders import T0, fake_cluster, incident, start_incident
 from worker.main import build_worker
-from workflows.incident import IncidentWorkflow
 
 pytestmark = pytest.mark.temporal
 
@@ -81,13 +78,7 @@ async def _run(env, sched: FakeScheduler, cfg, inp: IncidentInput, jobspec: Path
         replace = [rm.check_identity, rm.drain_nodes, rm.requeue_job,
                    JobSpecActivities(sched, jobspec).save_job_spec]
     async with build_worker(env.client, cfg, sched, task_queue=tq, replace=replace):
-        h = await env.client.start_workflow(
-            IncidentWorkflow.run, inp, id=inp.incident_id, task_queue=tq,
-            search_attributes=TypedSearchAttributes([
-                SearchAttributePair(sa.CLUSTER, inp.cluster), SearchAttributePair(sa.JOB_ID, inp.job.job_id),
-                SearchAttributePair(sa.INCIDENT_ID, inp.incident_id), SearchAttributePair(sa.NODES, list(inp.nodes)),
-            ]),
-        )
+        h = await start_incident(env.client, tq, inp)
         return await asyncio.wait_for(h.result(), 60)
 
 

@@ -17,10 +17,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.service import RPCError, RPCStatusCode
 
-import revive.search_attributes as sa
 from activities.guard import GuardActivities
 from revive import ids
 from revive.decide.budgets import JobIncidentHistory, PriorIncident
@@ -36,9 +34,8 @@ from revive.models import (
 )
 from revive.policy import RecoveryPolicy
 from revive.scheduler.fake import FakeScheduler
-from tests.helpers.builders import T0, fake_cluster, incident, job_log, trigger_for
+from tests.helpers.builders import T0, fake_cluster, incident, job_log, start_incident, trigger_for
 from worker.main import build_worker
-from workflows.incident import IncidentWorkflow
 
 pytestmark = pytest.mark.temporal
 
@@ -89,12 +86,7 @@ def _inp(log: Path, pol: RecoveryPolicy, cluster: str, job: str, nodes: list[str
 
 
 async def _run(env, tq: str, inp: IncidentInput) -> IncidentResult:
-    h = await env.client.start_workflow(
-        IncidentWorkflow.run, inp, id=inp.incident_id, task_queue=tq,
-        search_attributes=TypedSearchAttributes([
-            SearchAttributePair(sa.CLUSTER, inp.cluster), SearchAttributePair(sa.JOB_ID, inp.job.job_id),
-            SearchAttributePair(sa.INCIDENT_ID, inp.incident_id), SearchAttributePair(sa.NODES, list(inp.nodes)),
-        ]))
+    h = await start_incident(env.client, tq, inp)
     return await asyncio.wait_for(h.result(), 60)
 
 
