@@ -23,7 +23,14 @@ import revive.search_attributes as rsa
 from revive.temporal import temporal_cli_path, test_server_path  # noqa: F401  (re-exported for tests)
 
 
-async def _start_time_skipping() -> WorkflowEnvironment:
+@pytest.fixture
+async def ts_env() -> AsyncIterator[WorkflowEnvironment]:
+    """Time-skipping environment with Revive's search attributes registered: a server of the test's
+    own (~0.5 s to start). One server shared by the session stopped skipping time part-way through
+    the suite (what earlier tests left there, e.g. per-job records and guards on task queues no
+    worker polls any more; terminating those was not enough), so a later test's skipped minutes
+    (retry deadlines, approval timeouts) passed in real time: 434 s for one test, and CI ran out
+    of its time."""
     env = await WorkflowEnvironment.start_time_skipping(
         data_converter=pydantic_data_converter,
         test_server_existing_path=test_server_path(),
@@ -35,28 +42,10 @@ async def _start_time_skipping() -> WorkflowEnvironment:
             search_attributes={k.name: IndexedValueType.ValueType(int(k.indexed_value_type)) for k in rsa.ALL},
         )
     )
-    return env
-
-
-@pytest.fixture
-async def ts_env() -> AsyncIterator[WorkflowEnvironment]:
-    """Time-skipping environment with Revive's search attributes registered: a server of the test's
-    own (~0.5 s to start). One server shared by the session stalled: the per-job records and guards
-    an earlier test left on its own task queue (no worker left) later yield workflow tasks nobody
-    polls, and the Java test server then stops skipping time, so a later test's skipped minutes
-    (retry deadlines, approval timeouts) passed in real time (434 s for one test; CI ran out of
-    time)."""
-    env = await _start_time_skipping()
     try:
         yield env
     finally:
         await env.shutdown()
-
-
-@pytest.fixture
-async def fresh_ts_env(ts_env: WorkflowEnvironment) -> WorkflowEnvironment:
-    """The same as ``ts_env`` (kept for the tests that skip far ahead and say so)."""
-    return ts_env
 
 
 @pytest.fixture(scope="session")
@@ -71,4 +60,3 @@ async def local_env() -> AsyncIterator[WorkflowEnvironment]:
         yield env
     finally:
         await env.shutdown()
-

@@ -169,8 +169,7 @@ async def test_an_approval_the_operator_gave_up_on_is_refused_as_stale(ts_env, t
     and by the Signal handler (recorded), and the incident still takes a fresh decision."""
     sched, cfg, log = fake_cluster(tmp_path, "xid79")
     pol = RecoveryPolicy(approval={"timeout": 3600})
-    # the time-skipping server's clock, not the wall clock: earlier tests on the shared server
-    # skipped it ahead (years, by the end of the suite)
+    # the time-skipping server's clock, not the wall clock: the server may have skipped ahead
     now = await ts_env.get_current_time()
     past = now - timedelta(minutes=5)
 
@@ -190,7 +189,7 @@ async def test_an_approval_the_operator_gave_up_on_is_refused_as_stale(ts_env, t
     assert "approve by carol: stale" in rec
 
 
-async def test_slurmctld_down_between_drain_and_requeue_longer_than_one_retry_deadline(fresh_ts_env, tmp_path):
+async def test_slurmctld_down_between_drain_and_requeue_longer_than_one_retry_deadline(ts_env, tmp_path):
     """Node drained, then slurmctld unreachable for ~9 minutes (longer than MUTATING_DEADLINE's
     5): the requeue waits for the cluster and goes through once it returns — one drain, one
     successful requeue, recovered — instead of closing with the node drained and the job dead."""
@@ -207,7 +206,7 @@ async def test_slurmctld_down_between_drain_and_requeue_longer_than_one_retry_de
 
     sched.requeue = requeue  # type: ignore[method-assign]
     pol = RecoveryPolicy(mode="auto", verify={"timeout": 5, "poll_interval": 0.2})
-    res = await _run(fresh_ts_env, sched, cfg, incident(log, pol))
+    res = await _run(ts_env, sched, cfg, incident(log, pol))
     assert res.outcome == IncidentOutcome.recovered, res.reason
     assert [c[0] for c in sched.mutating_calls] == ["drain_nodes", "requeue"]  # one drain, one requeue that ran
     assert len(tries) == 31 and sched.jobs["7"].restart_count == 1

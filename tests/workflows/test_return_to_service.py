@@ -146,8 +146,7 @@ async def test_observe_mode_resume_waits_for_approval(ts_env, tmp_path):
     assert sched.nodes["node2"].state == "IDLE"
 
 
-async def test_observe_mode_reject_and_expiry_keep_node_drained(fresh_ts_env, tmp_path):
-    ts_env = fresh_ts_env  # skips a 60 s approval timeout: its own server (tests/fixtures_temporal.py)
+async def test_observe_mode_reject_and_expiry_keep_node_drained(ts_env, tmp_path):
     sched, cfg = _cluster(tmp_path)
 
     async def reject(tq: str) -> None:
