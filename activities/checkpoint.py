@@ -54,10 +54,10 @@ LOOP_TAIL_BYTES = 1024 * 1024
 """Bytes of the log's tail read for its last attempts (``checkpoint_loop``): the failed attempt and
 the one before it; ~2 s of CPU for the demo job's lines (``benchmarks/bench_checkpoint.py``)."""
 MAX_DIR_ENTRIES = 10_000
+"""Entries of a checkpoint folder looked at (a huge folder is not walked)."""
 LEFT_RUNNING_GRACE_S = 3.0
 """Seconds the log is still read for the saved line after the job left RUNNING (srun delivers a
 step's last output after the job's state changed)."""
-"""Entries of a checkpoint folder looked at (a huge folder is not walked)."""
 
 
 def _comment_dir(comment: str | None, key: str = "revive") -> str | None:

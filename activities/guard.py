@@ -233,6 +233,28 @@ class GuardActivities:
     async def _admit(self, inp: AdmitIncidentInput, wid: str,
                      vis: asyncio.Task[JobIncidentHistory]) -> AdmitAnswer:
         a, h = inp.admit, inp.history
+        # the guard's node note needs nothing from the record: its Update runs beside the record's
+        # (one round trip fewer before the plan; the note is idempotent per incident id, so a retried
+        # activity notes once, and the record refuses only an admit sent to another job's record)
+        nodes = (asyncio.create_task(self._node_incidents(inp, vis))
+                 if h.nodes or inp.culprit_nodes else None)
+        try:
+            answer = await self._admit_record(inp, wid, vis)
+        except BaseException:
+            if nodes is not None:
+                nodes.cancel()
+                with contextlib.suppress(Exception, asyncio.CancelledError):
+                    await nodes
+            raise
+        if nodes is not None:
+            found, notes = await nodes
+            answer.history.node_incidents = found
+            answer.history.notes.extend(notes)
+        return answer
+
+    async def _admit_record(self, inp: AdmitIncidentInput, wid: str,
+                            vis: asyncio.Task[JobIncidentHistory]) -> AdmitAnswer:
+        a = inp.admit
         seed = list(a.seed)
         try:
             await self.client.get_workflow_handle(wid).describe()
@@ -256,10 +278,6 @@ class GuardActivities:
         except WorkflowUpdateFailedError as e:
             raise ApplicationError(f"job record refused the admit: {getattr(e.cause, 'message', e)}",
                                    type="JobRecordRefused", non_retryable=True) from None
-        if h.nodes or inp.culprit_nodes:
-            found, notes = await self._node_incidents(inp, vis)
-            answer.history.node_incidents = found
-            answer.history.notes.extend(notes)
         return answer
 
     async def _node_incidents(self, inp: AdmitIncidentInput,

@@ -44,6 +44,17 @@ attempt that finds the marker never fires again):
 
 The GPU and NCCL lines are the only simulated text: there is no GPU (nor NCCL) here.
 
+Engines (``--engine``):
+
+* ``torch`` (default): the MLP above on ``torch.distributed`` (gloo). What the demo and the
+  end-to-end tests run.
+* ``plain``: the same log lines, faults, checkpoint cadence and rendezvous port, without torch: a
+  linear model in pure Python whose gradients are averaged by a real all-reduce over TCP (rank 0
+  sums what every rank sends each step and sends the mean back; a rank that dies or hangs is felt by
+  all the others, as with gloo). It starts in ~0.05 s instead of torch's ~3-10 s import on a small
+  machine; the chaos harness (``tests/chaos/harness.py``) runs it, since it measures Revive, not
+  torch. Its checkpoint is ``checkpoint.json``.
+
 Without Slurm (tests) set SLURM_PROCID, SLURM_NTASKS, SLURM_JOB_ID and
 SLURMD_NODENAME yourself, or use RANK / WORLD_SIZE.
 """
@@ -69,7 +80,9 @@ import warnings  # noqa: E402
 warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
 
 FAULT_KINDS = ("none", "crash", "hang", "slow", "xid79", "nccl")
+ENGINES = ("torch", "plain")
 CKPT_NAME = "checkpoint.pt"
+PLAIN_CKPT_NAME = "checkpoint.json"
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 
 # Slurm job ids are < 2^26 by default; 12 000 ports x 8 restarts slots stay below
@@ -139,6 +152,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--collective-timeout-s", type=float, default=3600.0,
                    help="gloo timeout; long so that a hang stays a hang (default: %(default)s)")
     p.add_argument("--seed", type=int, default=1234, help="model init and data seed (default: %(default)s)")
+    p.add_argument("--engine", choices=ENGINES, default="torch",
+                   help="torch: torch.distributed/gloo; plain: pure Python with a TCP all-reduce, "
+                        "same lines and faults, no torch start-up (default: %(default)s)")
     args = p.parse_args(argv)
 
     if not args.ckpt_dir:
@@ -221,8 +237,18 @@ for ncclSystemError; the second is ``getNcclErrorDetailStr`` in NCCLUtils.cpp; "
 followed by ``ncclGetLastError``, empty here as in many reports)."""
 
 
-def simulated_nccl_failure() -> None:
+class DistBackendError(RuntimeError):
+    """Stands in for ``torch.distributed.DistBackendError`` in the plain engine (no torch there): the
+    traceback's last line reads the same."""
+
+
+DistBackendError.__module__ = "torch.distributed"
+
+
+def simulated_nccl_failure(engine: str = "torch") -> None:
     # What a rank sees when its NCCL communicator fails mid-collective (no NCCL here: gloo runs the job).
+    if engine == "plain":
+        raise DistBackendError(NCCL_ERROR)
     import torch.distributed as dist
 
     raise dist.DistBackendError(NCCL_ERROR)
@@ -233,16 +259,203 @@ def simulated_cuda_failure() -> None:
     raise RuntimeError("CUDA error: unknown error")
 
 
+def fire_fault(args: argparse.Namespace, me: Rank, it: int, marker: Path) -> bool:
+    """Fire ``args.fault`` once per job (the marker records it). Crash, hang, xid79 and nccl do not
+    return; True when the slow fault starts."""
+    now = time.time()
+    info = {
+        "kind": args.fault,
+        "time": datetime.fromtimestamp(now, UTC).isoformat(timespec="milliseconds"),
+        "unix_time": now,
+        "node": me.node,
+        "rank": me.rank,
+        "iteration": it,
+        "job_id": me.job_id,
+        "restart_count": me.restart,
+        "pid": os.getpid(),
+    }
+    if not claim_fault(marker, info):
+        return False
+    if args.fault == "crash":
+        os.kill(os.getpid(), signal.SIGKILL)
+    elif args.fault == "hang":
+        while True:  # blocked before the collective; the peers wait in it
+            time.sleep(3600)
+    elif args.fault == "xid79":
+        append_kern_log(args.kern_log_template, me.node, now)
+        sys.stdout.flush()
+        simulated_cuda_failure()
+    elif args.fault == "nccl":
+        sys.stdout.flush()
+        simulated_nccl_failure(args.engine)
+    return args.fault == "slow"
+
+
+# ------------------------------------------------------- plain engine: TCP all-reduce --
+
+class PeerLost(RuntimeError):
+    """A peer's connection closed or failed mid-collective (gloo says "Connection closed by peer")."""
+
+
+class TcpAllReduce:
+    """Mean all-reduce of a list of floats over TCP, rank 0 in the middle (a star).
+
+    Wire format: each message is a 4-byte big-endian length and a JSON array of floats. Rank 0
+    listens on ``port`` and accepts ``world - 1`` peers (each sends its rank first); every
+    ``all_reduce`` sends the vector to rank 0, which sums, divides by ``world`` and sends the mean
+    back. ``timeout_s`` bounds every wait (long by default, so a hang stays a hang).
+
+    Errors: ``PeerLost`` when a peer closes or the socket fails; ``TimeoutError`` when the
+    rendezvous does not complete in ``timeout_s``."""
+
+    def __init__(self, rank: int, world: int, addr: str, port: int, timeout_s: float) -> None:
+        self.rank, self.world = rank, world
+        self.peers: dict[int, socket.socket] = {}
+        deadline = time.monotonic() + timeout_s
+        if world == 1:
+            return
+        if rank == 0:
+            srv = socket.socket()
+            srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            srv.bind((addr, port))
+            srv.listen(world)
+            srv.settimeout(timeout_s)
+            while len(self.peers) < world - 1:
+                conn, _ = srv.accept()
+                conn.settimeout(timeout_s)
+                peer = int(self._recv(conn)[0])
+                self.peers[peer] = conn
+            srv.close()
+        else:
+            while True:
+                try:
+                    conn = socket.create_connection((addr, port), timeout=5)
+                    break
+                except OSError as e:
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"rank {rank}: no rendezvous at {addr}:{port} in {timeout_s:.0f}s") from e
+                    time.sleep(0.05)
+            conn.settimeout(timeout_s)
+            self.peers[0] = conn
+            self._send(conn, [float(rank)])
+        for c in self.peers.values():
+            c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    @staticmethod
+    def _send(conn: socket.socket, vec: list[float]) -> None:
+        data = json.dumps(vec).encode()
+        conn.sendall(len(data).to_bytes(4, "big") + data)
+
+    def _recv(self, conn: socket.socket) -> list[float]:
+        def exact(n: int) -> bytes:
+            buf = b""
+            while len(buf) < n:
+                chunk = conn.recv(n - len(buf))
+                if not chunk:
+                    raise PeerLost(f"[rank {self.rank}] plain all-reduce: Connection closed by peer")
+                buf += chunk
+            return buf
+
+        return json.loads(exact(int.from_bytes(exact(4), "big")))
+
+    def all_reduce(self, vec: list[float]) -> list[float]:
+        if self.world == 1:
+            return list(vec)
+        try:
+            if self.rank == 0:
+                total = list(vec)
+                for peer in sorted(self.peers):
+                    for i, v in enumerate(self._recv(self.peers[peer])):
+                        total[i] += v
+                mean = [v / self.world for v in total]
+                for conn in self.peers.values():
+                    self._send(conn, mean)
+                return mean
+            self._send(self.peers[0], vec)
+            return self._recv(self.peers[0])
+        except OSError as e:
+            raise PeerLost(f"[rank {self.rank}] plain all-reduce: Connection closed by peer ({e})") from e
+
+    def close(self) -> None:
+        for c in self.peers.values():
+            c.close()
+
+
+def train_plain(args: argparse.Namespace, me: Rank, master_addr: str, port: int, ckpt_dir: Path,
+                marker: Path) -> int:
+    """The plain engine: linear regression (16 weights, SGD with momentum) on seeded synthetic data,
+    the mean gradient from ``TcpAllReduce`` every step; the same lines as the torch engine."""
+    import random
+
+    ckpt_path = ckpt_dir / PLAIN_CKPT_NAME
+    comm = TcpAllReduce(me.rank, me.world, master_addr, port, args.collective_timeout_s)
+    dim, lr, beta = 16, 0.05, 0.9
+    true_w = [-1.0 + 2.0 * i / (dim - 1) for i in range(dim)]
+    w, mom = [0.0] * dim, [0.0] * dim
+    start_it = 1
+    if ckpt_path.exists():
+        state = json.loads(ckpt_path.read_text())
+        w, mom, done = state["model"], state["optim"], int(state["iteration"])
+        me.say(f"resumed from checkpoint at iteration {done}")
+        start_it = done + 1
+    comm.all_reduce([0.0])  # the barrier: nobody trains before every rank has loaded the checkpoint
+
+    fault_here = args.fault != "none" and (
+        me.rank == args.fault_rank if args.fault_rank is not None else me.node == args.fault_node)
+    slow_active = False
+    for it in range(start_it, args.iterations + 1):
+        t0 = time.perf_counter()
+        rnd = random.Random(args.seed * 1_000_003 + it * 1009 + me.rank)
+        grad, loss = [0.0] * dim, 0.0
+        for _ in range(64):
+            x = [rnd.gauss(0.0, 1.0) for _ in range(dim)]
+            y = sum(a * b for a, b in zip(true_w, x, strict=True)) + 0.01 * rnd.gauss(0.0, 1.0)
+            err = sum(a * b for a, b in zip(w, x, strict=True)) - y
+            loss += err * err / 64
+            for i in range(dim):
+                grad[i] += 2.0 * err * x[i] / 64
+
+        if fault_here and it == args.fault_iteration and fire_fault(args, me, it, marker):
+            slow_active = True
+
+        pad = args.step_seconds - (time.perf_counter() - t0)
+        if slow_active:
+            pad += args.slow_factor * args.step_seconds
+        if pad > 0:
+            time.sleep(pad)
+        t1 = time.perf_counter()
+
+        flat = comm.all_reduce(grad + [loss])
+        for i in range(dim):
+            mom[i] = beta * mom[i] + flat[i]
+            w[i] -= lr * mom[i]
+        t2 = time.perf_counter()
+
+        me.say(f"iteration {it}/{args.iterations} | loss {flat[-1]:.6f} | "
+               f"compute_ms {(t1 - t0) * 1000:.1f} | step_time_ms {(t2 - t0) * 1000:.1f}")
+
+        if me.rank == 0 and (it % args.ckpt_every == 0 or it == args.iterations):
+            me.say(f"saving checkpoint at iteration {it}")
+            tmp = ckpt_dir / f".{PLAIN_CKPT_NAME}.{os.getpid()}.tmp"
+            with open(tmp, "w") as f:
+                json.dump({"model": w, "optim": mom, "iteration": it, "world_size": me.world,
+                           "job_id": me.job_id}, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, ckpt_path)
+            me.say(f"saved checkpoint at iteration {it}")
+
+    comm.all_reduce([0.0])
+    me.say(f"training complete at iteration {args.iterations}")
+    comm.close()
+    return 0
+
+
 # --------------------------------------------------------------- training --
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     me = Rank()
-
-    import torch
-    import torch.distributed as dist
-
-    torch.set_num_threads(1)
     master_addr = os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     port = args.master_port or derive_master_port(me.job_id, me.restart)
     os.environ["MASTER_PORT"] = str(port)
@@ -257,7 +470,15 @@ def main(argv: list[str] | None = None) -> int:
 
     me.say(f"starting job {me.job_id} restart {me.restart} world_size {me.world} "
            f"master {master_addr}:{port} iterations {args.iterations} fault {args.fault}"
-           + (f"@{args.fault_node}:{args.fault_iteration}" if args.fault != "none" else ""))
+           + (f"@{args.fault_node}:{args.fault_iteration}" if args.fault != "none" else "")
+           + (" engine plain" if args.engine == "plain" else ""))
+    if args.engine == "plain":
+        return train_plain(args, me, master_addr, port, ckpt_dir, marker)
+
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
 
     dist.init_process_group(
         backend="gloo",
@@ -301,34 +522,8 @@ def main(argv: list[str] | None = None) -> int:
         loss = torch.nn.functional.mse_loss(model(x), y)
         loss.backward()
 
-        if fault_here and it == args.fault_iteration:
-            now = time.time()
-            info = {
-                "kind": args.fault,
-                "time": datetime.fromtimestamp(now, UTC).isoformat(timespec="milliseconds"),
-                "unix_time": now,
-                "node": me.node,
-                "rank": me.rank,
-                "iteration": it,
-                "job_id": me.job_id,
-                "restart_count": me.restart,
-                "pid": os.getpid(),
-            }
-            if claim_fault(marker, info):
-                if args.fault == "crash":
-                    os.kill(os.getpid(), signal.SIGKILL)
-                elif args.fault == "hang":
-                    while True:  # blocked before the collective; the peers wait in it
-                        time.sleep(3600)
-                elif args.fault == "slow":
-                    slow_active = True
-                elif args.fault == "xid79":
-                    append_kern_log(args.kern_log_template, me.node, now)
-                    sys.stdout.flush()
-                    simulated_cuda_failure()
-                elif args.fault == "nccl":
-                    sys.stdout.flush()
-                    simulated_nccl_failure()
+        if fault_here and it == args.fault_iteration and fire_fault(args, me, it, marker):
+            slow_active = True
 
         pad = args.step_seconds - (time.perf_counter() - t0)
         if slow_active:

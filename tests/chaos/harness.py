@@ -1,6 +1,7 @@
 """Chaos harness: one fault, injected at an exact point, per run of a real incident.
 
-Per run: a fresh two-node training job (``examples/train.sbatch``, xid79 on rank 1's node) on the
+Per run: a fresh two-node training job (``examples/train.sbatch``, ``--engine plain`` unless
+``REVIVE_CHAOS_ENGINE`` says otherwise, xid79 on rank 1's node) on the
 local Slurm testbed (``scripts/cluster-up.sh``), the Temporal dev server (``scripts/temporal-up.sh``,
 SQLite kept across its restarts), and the Revive worker and monitor as real processes
 (``python -m cli.main worker|monitor``) with their own cluster name, task queue, opt-in key, state
@@ -55,6 +56,12 @@ FAULT_ITERATION = 7
 STEP_S = 0.2
 """Seconds per training step (the fault fires ~1.4 s after the first step; 3 steps past the
 checkpoint take ~0.6 s)."""
+
+
+ENGINE = os.environ.get("REVIVE_CHAOS_ENGINE", "plain")
+"""``examples/train.py --engine``: ``plain`` (default; the same lines, faults and checkpoints with a
+TCP all-reduce and no torch, which saves two torch start-ups of ~10 s per run on a 2-core machine)
+or ``torch`` (``REVIVE_CHAOS_ENGINE=torch``, the demo's job)."""
 
 
 def cluster_dir() -> Path:
@@ -316,7 +323,7 @@ class Run:
                 str(ROOT / "examples" / "train.sbatch"), "--ckpt-dir", str(out / "ckpt"),
                 "--iterations", "100000", "--step-seconds", str(STEP_S), "--ckpt-every", str(CKPT_EVERY),
                 "--fault", fault, "--fault-rank", "1", "--fault-iteration", str(FAULT_ITERATION),
-                "--fault-marker", str(self.marker)]
+                "--fault-marker", str(self.marker), "--engine", ENGINE]
         r = subprocess.run(argv, env=env, capture_output=True, text=True, check=True, stdin=subprocess.DEVNULL)
         self.job = r.stdout.strip().split(";")[0]
         self.log = out / f"train-{self.job}.out"

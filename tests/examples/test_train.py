@@ -107,6 +107,11 @@ class Ranks:
         )
 
 
+ENGINES = pytest.mark.parametrize("engine", ["torch", "plain"])
+"""Both engines of train.py print the same lines and fire the same faults (the chaos harness runs plain)."""
+CKPT_FILE = {"torch": "checkpoint.pt", "plain": "checkpoint.json"}
+
+
 def _iterations(lines: list[str]) -> list[int]:
     return [int(m["it"]) for m in map(PROGRESS.match, lines) if m]
 
@@ -134,9 +139,10 @@ def test_helpers():
     assert re.fullmatch(ISO, m.iso_now())
 
 
-def test_progress_checkpoint_and_resume(tmp_path):
+@ENGINES
+def test_progress_checkpoint_and_resume(tmp_path, engine):
     ckpt = tmp_path / "ckpt"
-    common = ["--step-seconds", "0.02", "--ckpt-every", "3", "--ckpt-dir", str(ckpt)]
+    common = ["--step-seconds", "0.02", "--ckpt-every", "3", "--ckpt-dir", str(ckpt), "--engine", engine]
     first = Ranks(tmp_path, "first", ["--iterations", "6", *common])
     assert first.wait() == [0, 0], first.dump()
 
@@ -158,7 +164,7 @@ def test_progress_checkpoint_and_resume(tmp_path):
         "[rank 0 host node1] saved checkpoint at iteration 6",
     ]
     assert not any("checkpoint" in line for line in first.out(1))  # only rank 0 saves
-    assert sorted(p.name for p in ckpt.iterdir()) == ["checkpoint.pt"]  # no temp file left behind
+    assert sorted(p.name for p in ckpt.iterdir()) == [CKPT_FILE[engine]]  # no temp file left behind
 
     second = Ranks(tmp_path, "second", ["--iterations", "9", *common])
     assert second.wait() == [0, 0], second.dump()
@@ -173,27 +179,31 @@ def test_progress_checkpoint_and_resume(tmp_path):
         assert after == [7, 8, 9], second.dump()
 
 
-def test_crash_fault_sigkills_the_rank_and_the_survivor_gets_a_gloo_error(tmp_path):
+@ENGINES
+def test_crash_fault_sigkills_the_rank_and_the_survivor_gets_a_connection_error(tmp_path, engine):
     ckpt = tmp_path / "ckpt"
     ranks = Ranks(tmp_path, "crash", ["--iterations", "200", "--step-seconds", "0.05", "--ckpt-dir", str(ckpt),
-                                      "--fault", "crash", "--fault-node", "node2", "--fault-iteration", "3"],
+                                      "--fault", "crash", "--fault-node", "node2", "--fault-iteration", "3",
+                                      "--engine", engine],
                   job_id="77")
     rcs = ranks.wait()
     assert rcs[1] == -signal.SIGKILL, ranks.dump()
     assert rcs[0] == 1, ranks.dump()
     err0 = ranks.err(0)
-    assert "RuntimeError" in err0 and "Connection closed by peer" in err0, err0
+    survivor_error = {"torch": "RuntimeError", "plain": "PeerLost: [rank 0] plain all-reduce"}[engine]
+    assert survivor_error in err0 and "Connection closed by peer" in err0, err0
     assert _iterations(ranks.out(1)) == [1, 2]
     marker = json.loads((ckpt / "fault-77.json").read_text())
     assert (marker["kind"], marker["node"], marker["iteration"], marker["rank"]) == ("crash", "node2", 3, 1)
 
 
-def test_xid79_writes_kern_log_and_marker_and_fires_once(tmp_path):
+@ENGINES
+def test_xid79_writes_kern_log_and_marker_and_fires_once(tmp_path, engine):
     ckpt = tmp_path / "ckpt"
     template = str(tmp_path / "cluster" / "nodes" / "{node}" / "kern.log")
     args = ["--iterations", "6", "--step-seconds", "0.05", "--ckpt-every", "2", "--ckpt-dir", str(ckpt),
             "--fault", "xid79", "--fault-node", "node2", "--fault-iteration", "4",
-            "--kern-log-template", template]
+            "--kern-log-template", template, "--engine", engine]
     t_before = time.time()
     ranks = Ranks(tmp_path, "xid", args, job_id="99")
     rcs = ranks.wait()
@@ -224,12 +234,14 @@ def test_xid79_writes_kern_log_and_marker_and_fires_once(tmp_path):
     assert len(kern.read_text().splitlines()) == 1
 
 
-def test_nccl_fault_fails_the_rank_with_the_ncclsystemerror_revive_reads_as_an_nccl_error(tmp_path):
+@ENGINES
+def test_nccl_fault_fails_the_rank_with_the_ncclsystemerror_revive_reads_as_an_nccl_error(tmp_path, engine):
     from revive.signatures.matcher import scan_text
 
     ckpt = tmp_path / "ckpt"
     ranks = Ranks(tmp_path, "nccl", ["--iterations", "200", "--step-seconds", "0.05", "--ckpt-dir", str(ckpt),
-                                     "--fault", "nccl", "--fault-node", "node2", "--fault-iteration", "3"],
+                                     "--fault", "nccl", "--fault-node", "node2", "--fault-iteration", "3",
+                                     "--engine", engine],
                   job_id="66")
     rcs = ranks.wait()
     assert rcs[1] == 1 and rcs[0] != 0, ranks.dump()  # the survivor fails in the collective
@@ -244,10 +256,11 @@ def test_nccl_fault_fails_the_rank_with_the_ncclsystemerror_revive_reads_as_an_n
     assert (marker["kind"], marker["node"], marker["iteration"]) == ("nccl", "node2", 3)
 
 
-def test_hang_fault_blocks_one_rank_and_the_other_waits_in_the_collective(tmp_path):
+@ENGINES
+def test_hang_fault_blocks_one_rank_and_the_other_waits_in_the_collective(tmp_path, engine):
     ckpt = tmp_path / "ckpt"
     ranks = Ranks(tmp_path, "hang", ["--iterations", "200", "--step-seconds", "0.05", "--ckpt-dir", str(ckpt),
-                                     "--fault", "hang", "--fault-iteration", "3"], job_id="55")
+                                     "--fault", "hang", "--fault-iteration", "3", "--engine", engine], job_id="55")
     try:
         marker = ckpt / "fault-55.json"
         deadline = time.monotonic() + 30
@@ -264,3 +277,18 @@ def test_hang_fault_blocks_one_rank_and_the_other_waits_in_the_collective(tmp_pa
         assert "Error" not in ranks.err(0)
     finally:
         ranks.kill()
+
+
+def test_plain_engine_runs_where_torch_cannot_be_imported(tmp_path, monkeypatch):
+    blocker = tmp_path / "no-torch" / "torch"
+    blocker.mkdir(parents=True)
+    (blocker / "__init__.py").write_text("raise ImportError('torch is blocked in this test')\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(blocker.parent), os.environ.get("PYTHONPATH")])))
+    ranks = Ranks(tmp_path, "plain", ["--iterations", "4", "--step-seconds", "0.01", "--ckpt-every", "2",
+                                      "--ckpt-dir", str(tmp_path / "ckpt"), "--engine", "plain"])
+    assert ranks.wait() == [0, 0], ranks.dump()
+    assert _iterations(ranks.out(0)) == [1, 2, 3, 4]
+    assert json.loads((tmp_path / "ckpt" / "checkpoint.json").read_text())["iteration"] == 4
+
+    torch_run = Ranks(tmp_path, "torch", ["--iterations", "4", "--ckpt-dir", str(tmp_path / "ckpt2")])
+    assert torch_run.wait() != [0, 0] and "torch is blocked" in torch_run.err(0)  # the blocker works
