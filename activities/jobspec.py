@@ -37,6 +37,8 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 from temporalio import activity
 
+from activities.blocking import with_heartbeats
+
 from revive.errors import JobNotFound, SchedulerError, SchedulerUnavailable
 from revive.models import JobIdentity, JobRecord, JobSpecSaved, SaveJobSpecInput
 from revive.scheduler.base import Scheduler
@@ -209,7 +211,13 @@ class JobSpecActivities:
         Idempotent: an existing spec for the incident is kept (the first save is the one taken
         at detection). A purged job (``JobNotFound``) or an unreadable script is reported with
         ``saved=False``, never raised; ``SchedulerUnavailable`` propagates (retryable).
+        Heartbeats every 5 s while it waits on the scheduler (the incident gives it a 15 s
+        heartbeat timeout: a killed worker's save is retried then, not after its 60 s
+        start-to-close, while the incident waits for it beside the gather).
         """
+        return await with_heartbeats(self._save_job_spec(inp))
+
+    async def _save_job_spec(self, inp: SaveJobSpecInput) -> JobSpecSaved:
         have = load_job_spec(self.root, inp.incident_id)
         if have is not None:
             return JobSpecSaved(saved=True, path=str(spec_dir(self.root, inp.incident_id)),

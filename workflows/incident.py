@@ -225,7 +225,10 @@ class IncidentWorkflow:
         return workflow.start_activity_method(
             JobSpecActivities.save_job_spec,
             SaveJobSpecInput(incident_id=inp.incident_id, cluster=inp.cluster, job_id=inp.job.job_id),
-            start_to_close_timeout=retry.SHORT, retry_policy=retry.READ_ONLY, summary="save job spec",
+            # heartbeats (a timeout changes no command: histories replay); a killed worker's save
+            # held the gather stage for its whole 60 s start-to-close (chaos worker-kill-gathering)
+            start_to_close_timeout=retry.SHORT, heartbeat_timeout=GATHER_HEARTBEAT,
+            retry_policy=retry.READ_ONLY, summary="save job spec",
         )
 
     @staticmethod
