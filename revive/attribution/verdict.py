@@ -145,6 +145,69 @@ _PREPROCESS = re.compile(r"Running tokenizer on dataset|Grouping texts in chunks
 scripts' ``desc=`` strings such as "Running tokenizer on dataset", "Grouping texts in chunks of N")."""
 
 
+_SAVE_START = re.compile(r"\b[Ss]aving (?:a |the )?(?:full |final |distributed |sharded |async |model )?checkpoint\b|"
+                         r"\b[Ss]tart(?:ing|ed)? (?:to )?sav(?:e|ing) (?:the )?checkpoint\b|"
+                         r"\b[Ss]aving (?:the )?(?:model|state[ _]dict|weights|optimizer state)(?: to| at| for|\.{3}|$)")
+"""A line announcing that a checkpoint save begins (Megatron ``saving checkpoint at iteration N``,
+torchtitan ``Saving a full checkpoint at step N``, HF Trainer ``Saving model checkpoint to DIR``,
+Revive's example ``saving checkpoint at iteration N``)."""
+_SAVE_DONE = re.compile(r"\b[Ss]aved (?:a |the )?(?:\w+ )?(?:checkpoint|model|state|weights)|\bsaved (?:in|to|at)\b|"
+                        r"[Cc]heckpoint (?:saved|written|complete)|[Ss]uccessfully saved|[Ff]inished saving|"
+                        r"[Ss]aving .*\b(?:done|finished|complete[d]?)\b|[Ss]ave (?:took|finished|done|complete)")
+"""A line saying a save finished (Megatron ``successfully saved checkpoint``, HF ``Model weights saved in``,
+Revive's example ``saved checkpoint at iteration N``)."""
+
+
+def _hung_in_checkpoint_save(lines: list[str], end: int, progress: set[int]) -> str:
+    """The save-start line the run went silent on: the last line of activity before ``end`` (0-based,
+    exclusive) announces a checkpoint save, no training-progress line follows it and no line anywhere
+    after it says the save finished. ``""`` otherwise (a save that completed, e.g. ``saved checkpoint``,
+    is never read as a save hang)."""
+    start = -1
+    for j in range(end - 1, max(-1, end - 80), -1):
+        x = lines[j][:MAX_TEXT]
+        if _SAVE_DONE.search(x):
+            return ""
+        if _SAVE_START.search(x):
+            start = j
+            break
+        if j in progress:
+            return ""
+    if start < 0:
+        return ""
+    if any(_SAVE_DONE.search(x[:MAX_TEXT]) for x in lines[start + 1:]):
+        return ""
+    return lines[start].strip()
+
+
+_NET_SOCKET = re.compile(r"NET/Socket : Using")
+_IFACE = re.compile(r"\[\d+\](?P<name>[\w.@-]+):")
+_VIRTUAL_IFACE = re.compile(r"^(?:docker\d*|br-[0-9a-f]{6,}|veth[\w@-]*|virbr\d+|cni\d*|flannel[\w.]*|cali[0-9a-f]+|"
+                            r"lxcbr\d+|podman\d+|tunl\d+)$")
+"""Container/virtual interfaces (docker0, docker bridges ``br-<id>``, ``veth*`` pairs, libvirt ``virbr*``,
+CNI/flannel/calico, lxc, podman): host-local addresses that do not route to another host."""
+
+
+def _socket_ifaces_unroutable(lines: list[str], multi_node: bool) -> str:
+    """What NCCL's socket transport chose that cannot reach another host: the virtual interfaces it lists
+    (``NCCL INFO NET/Socket : Using [0]bond0:… [1]br-05ab…:…``, one line or continued on the next lines),
+    or only loopback in a multi-node job. ``""`` when the listing shows nothing of the kind."""
+    for i, x in enumerate(lines):
+        if not _NET_SOCKET.search(x[:MAX_TEXT]):
+            continue
+        names = [m.group("name") for m in _IFACE.finditer(x[:MAX_TEXT])]
+        for y in lines[i + 1:i + 65]:
+            if not re.match(r"\s*\[\d+\][\w.@-]+:", y):
+                break
+            names += [m.group("name") for m in _IFACE.finditer(y[:MAX_TEXT])]
+        virtual = [n for n in names if _VIRTUAL_IFACE.match(n)]
+        if virtual:
+            return f"NCCL's socket transport uses container/virtual interfaces ({', '.join(virtual[:3])}…)"
+        if multi_node and names and all(n == "lo" for n in names):
+            return "NCCL's socket transport uses only loopback (lo) in a multi-node job"
+    return ""
+
+
 def _preprocessing_before(lines: list[str], end: int) -> bool:
     """One of the last 5 non-empty lines before ``end`` (0-based, exclusive) is dataset preprocessing."""
     seen = 0
@@ -257,6 +320,30 @@ def _apply_field_rules(ctx: _Ctx) -> None:
                 e.category, e.domain, e.tier, e.action = Category.oom_host, Domain.application, 2, Action.stop_no_retry
                 e.upgraded = (f"killed by SIGKILL with host memory at {pct_text(pressure)} just before: the host's "
                               "OOM killer (host RAM exhausted, e.g. by ZeRO CPU offload)")
+    # 3af. a hang whose last activity is a checkpoint-save line with no "saved" line after it: the save
+    #     path itself deadlocked (a collective inside the distributed save, a writer thread): the
+    #     application's hang, it recurs at the next save - stop (a hang after a completed save is not this)
+    prog = set(ctx.progress_idx)
+    for e in evs:
+        if (e.m.role == "root" and e.category == Category.hang and e.domain != Domain.hardware
+                and e.source == ctx.bundle.job_log_source and e.line_no):
+            save = _hung_in_checkpoint_save(lines, e.line_no - 1, prog)
+            if save:
+                e.domain, e.action = Domain.application, Action.stop_no_retry
+                e.upgraded = (f"the run hung inside a checkpoint save ({save[-80:]!r}, no 'saved' line after it): "
+                              "the save path deadlocked - the application's hang, it recurs at the next save")
+    # 3ag. NCCL's socket transport chose interfaces that do not route between the hosts (docker/bridge/veth,
+    #     or only loopback in a multi-node job) beside an NCCL system/socket error of unknown cause: the
+    #     nodes' network configuration (NCCL_SOCKET_IFNAME) - it recurs on every retry until it is set
+    if any(e.m.role == "root" and e.category == Category.nccl_error and e.domain == Domain.unknown for e in evs):
+        multi = len(ctx.bundle.job.nodes) > 1 if ctx.bundle.job else False
+        why = _socket_ifaces_unroutable(lines, multi)
+        if why:
+            for e in evs:
+                if e.m.role == "root" and e.category == Category.nccl_error and e.domain == Domain.unknown:
+                    e.domain, e.action = Domain.system, Action.stop_no_retry
+                    e.upgraded = (f"{why}: addresses that do not reach the other hosts - the nodes' network "
+                                  "configuration (set NCCL_SOCKET_IFNAME); it recurs on a retry")
     # 3i. a hang whose last activity was loading/downloading a checkpoint: the storage stalled
     for e in evs:
         if e.m.role == "root" and e.category == Category.hang and e.source == ctx.bundle.job_log_source and e.line_no:
@@ -771,6 +858,14 @@ def _decide(ctx: _Ctx) -> Attribution:
                                    cascade_events=cite(None), action=Action.restart_in_place, node_notes=node_notes,
                                    explanation=f"Silent stall: {silent}, while the run was reading/downloading its "
                                                "checkpoint: a storage/transfer stall. Restart in place.")
+            if save := _hung_in_checkpoint_save(log_lines, len(log_lines), set(ctx.progress_idx)):
+                # 3af. went silent inside a checkpoint save (no "saved" line after it): the save path's hang
+                return Attribution(category=Category.hang, domain=Domain.application,
+                                   confidence=_conf("engine.silent_hang", 0.5), root_event=ev,
+                                   cascade_events=cite(None), action=Action.stop_no_retry, node_notes=node_notes,
+                                   explanation=f"Silent hang: {silent}, right after {save[-80:]!r} with no 'saved' "
+                                               "line after it: the checkpoint save itself hung (a deadlock in the "
+                                               "save path); it recurs at the next save. Stop; collect py-spy stacks.")
             if again := _prev_attempt_stalled(ctx):
                 # 3ae. the restart already hung the same way: the program's (or its stack's) hang
                 return Attribution(category=Category.hang, domain=Domain.application,
