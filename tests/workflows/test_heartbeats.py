@@ -23,28 +23,53 @@ from workflows.incident import GATHER_HEARTBEAT, IncidentWorkflow
 pytestmark = pytest.mark.temporal
 
 
-async def test_a_gather_whose_worker_died_is_retried_after_its_heartbeat_timeout(local_env, tmp_path):
-    sched, cfg, log = fake_cluster(tmp_path, "xid79")
-    real = EvidenceActivities(sched, cfg.kernel_log.path_template, tmp_path / "evidence")
+async def _first_attempt_dies(env, tmp_path, name: str, make_real) -> tuple[list[tuple[int, float]], str]:
+    """Run an incident whose activity ``name`` hangs on its first attempt without heartbeating (as a
+    SIGKILLed worker's would) and delegates to the real activity (``make_real(sched, cfg)``) after.
+    Returns (attempt, monotonic start) per attempt, and the incident's state once the second attempt
+    moved it on (or 90 s passed)."""
     started: list[tuple[int, float]] = []
+    sched, cfg, log = fake_cluster(tmp_path, "xid79")
+    real = make_real(sched, cfg)
 
-    @activity.defn(name="gather_evidence")
-    async def gather(inp: GatherEvidenceInput) -> EvidenceBundle:
+    async def body(inp):
         started.append((activity.info().attempt, time.monotonic()))
         if activity.info().attempt == 1:
             await asyncio.sleep(3600)  # the worker "died": no heartbeat, no result
-        return await real.gather_evidence(inp)
+        return await real(inp)
 
+    stand_in = {"gather_evidence": gather_stand_in, "save_job_spec": save_stand_in}[name](body)
     tq = f"hb-{uuid.uuid4().hex[:8]}"
     inp = incident(log, RecoveryPolicy(), iid=f"fake-7-a0-gpu-{uuid.uuid4().hex[:6]}")
-    async with build_worker(local_env.client, cfg, sched, task_queue=tq, replace=[gather]):
-        h = await local_env.client.start_workflow(IncidentWorkflow.run, inp, id=inp.incident_id, task_queue=tq)
+    async with build_worker(env.client, cfg, sched, task_queue=tq, replace=[stand_in]):
+        h = await env.client.start_workflow(IncidentWorkflow.run, inp, id=inp.incident_id, task_queue=tq)
         for _ in range(900):
             if len(started) >= 2 and (await h.query("status"))["state"] != "gathering":
                 break
             await asyncio.sleep(0.1)
         state = (await h.query("status"))["state"]
         await h.terminate("test over")
+    return started, state
+
+
+def gather_stand_in(body):
+    @activity.defn(name="gather_evidence")
+    async def gather(inp: GatherEvidenceInput) -> EvidenceBundle:
+        return await body(inp)
+    return gather
+
+
+def save_stand_in(body):
+    @activity.defn(name="save_job_spec")
+    async def save(inp: SaveJobSpecInput) -> JobSpecSaved:
+        return await body(inp)
+    return save
+
+
+async def test_a_gather_whose_worker_died_is_retried_after_its_heartbeat_timeout(local_env, tmp_path):
+    started, state = await _first_attempt_dies(
+        local_env, tmp_path, "gather_evidence",
+        lambda sched, cfg: EvidenceActivities(sched, cfg.kernel_log.path_template, tmp_path / "evidence").gather_evidence)
     assert [a for a, _ in started] == [1, 2], started
     waited = started[1][1] - started[0][1]
     # retried after the 15 s heartbeat timeout (plus the retry's 1 s backoff), far from 2 minutes
@@ -55,27 +80,9 @@ async def test_a_gather_whose_worker_died_is_retried_after_its_heartbeat_timeout
 async def test_a_job_spec_save_whose_worker_died_does_not_hold_the_gather_for_a_minute(local_env, tmp_path):
     # chaos worker-kill-gathering: the job-spec save runs beside the gather and the killed worker had
     # taken it too; without a heartbeat timeout the incident waited out its 60 s start-to-close
-    sched, cfg, log = fake_cluster(tmp_path, "xid79")
-    real = JobSpecActivities(sched, tmp_path / "jobspec")
-    started: list[tuple[int, float]] = []
-
-    @activity.defn(name="save_job_spec")
-    async def save_job_spec(inp: SaveJobSpecInput) -> JobSpecSaved:
-        started.append((activity.info().attempt, time.monotonic()))
-        if activity.info().attempt == 1:
-            await asyncio.sleep(3600)  # the worker "died"
-        return await real.save_job_spec(inp)
-
-    tq = f"hb-{uuid.uuid4().hex[:8]}"
-    inp = incident(log, RecoveryPolicy(), iid=f"fake-7-a0-gpu-{uuid.uuid4().hex[:6]}")
-    async with build_worker(local_env.client, cfg, sched, task_queue=tq, replace=[save_job_spec]):
-        h = await local_env.client.start_workflow(IncidentWorkflow.run, inp, id=inp.incident_id, task_queue=tq)
-        for _ in range(900):
-            if len(started) >= 2 and (await h.query("status"))["state"] != "gathering":
-                break
-            await asyncio.sleep(0.1)
-        state = (await h.query("status"))["state"]
-        await h.terminate("test over")
+    started, state = await _first_attempt_dies(
+        local_env, tmp_path, "save_job_spec",
+        lambda sched, cfg: JobSpecActivities(sched, tmp_path / "jobspec").save_job_spec)
     assert [a for a, _ in started] == [1, 2], started
     waited = started[1][1] - started[0][1]
     assert GATHER_HEARTBEAT.total_seconds() <= waited < 60, waited
