@@ -24,7 +24,7 @@ from revive import chaos
 from revive.config import GpuSignals
 from revive.errors import JobNotFound, ReviveError, SchedulerError
 from revive.logline import cap_line
-from revive.models import EvidenceBundle, GatherEvidenceInput, GpuSample, JobState, PriorIncident
+from revive.models import EvidenceBundle, GatherEvidenceInput, GpuSample, JobRecord, JobState, PriorIncident
 from revive.scheduler.base import Scheduler
 from revive.site import KernelLogs, LocalKernelLogs, LocalLogs, LogReader
 
@@ -44,6 +44,8 @@ NODE_HISTORY_WINDOW = timedelta(days=30)
 NodeHistory = Callable[[str, list[str], datetime, str], Awaitable[dict[str, list[PriorIncident]]]]
 """``(cluster, nodes, since, incident_id) → {node: [PriorIncident]}``: earlier incidents on the
 nodes (``activities.guard.hardware_history`` over Temporal visibility in the worker)."""
+HistoryRead = tuple[dict[str, list[PriorIncident]], str | None]
+"""A node-history read: ``({node: [PriorIncident]}, None)``, or ``({}, note)`` when unreadable."""
 
 
 def read_tail(path: Path, max_bytes: int = TAIL_BYTES) -> tuple[bytes, int]:
@@ -107,20 +109,39 @@ class EvidenceActivities:
         return await with_heartbeats(self._gather_evidence(inp))
 
     async def _gather_evidence(self, inp: GatherEvidenceInput) -> EvidenceBundle:
-        settled = await self._settle(inp) if inp.settle_s > 0 else ""
+        # the nodes' earlier incidents (a visibility query) need no log line: read for the trigger's
+        # nodes while the job finishes writing, not after it (it was on the first action's path)
+        early_nodes = list(dict.fromkeys(inp.nodes))
+        early = (asyncio.ensure_future(self._read_node_history(inp, early_nodes))
+                 if self.node_history is not None and early_nodes and inp.settle_s > 0 else None)
+        try:
+            return await self._gather_after_settle(inp, early, early_nodes)
+        finally:
+            if early is not None and not early.done():
+                early.cancel()
+
+    async def _gather_after_settle(self, inp: GatherEvidenceInput,
+                                   early: asyncio.Future[HistoryRead] | None,
+                                   early_nodes: list[str]) -> EvidenceBundle:
+        last: list[JobRecord] = []
+        settled = await self._settle(inp, last) if inp.settle_s > 0 else ""
         b = EvidenceBundle(trigger=inp.trigger, ip_to_node=self.ip_to_node,
                            kernel_log_utc_offset_s=self.kernel_log_utc_offset_s, settle=settled)
-        try:
-            b.job = await self.scheduler.get_job(inp.job_id)
-        except JobNotFound:
-            b.notes.append(f"job {inp.job_id} not found in slurmctld (purged after MinJobAge?)")
-        except SchedulerError as e:
-            b.notes.append(f"job record unavailable: {e}")
+        if last:
+            b.job = last[-1]  # read by the settle's last look, moments ago
+        else:
+            try:
+                b.job = await self.scheduler.get_job(inp.job_id)
+            except JobNotFound:
+                b.notes.append(f"job {inp.job_id} not found in slurmctld (purged after MinJobAge?)")
+            except SchedulerError as e:
+                b.notes.append(f"job record unavailable: {e}")
         nodes = list(dict.fromkeys((b.job.nodes if b.job and b.job.nodes else []) or inp.nodes))
+        history = (self._early_history(b, early, nodes) if early is not None and set(nodes) <= set(early_nodes)
+                   else self._history_part(b, inp, nodes))
         # independent reads side by side; each keeps its notes, added below in a fixed order
         parts = await asyncio.gather(self._node_states(b, nodes), self._job_log(b, inp),
-                                     self._kernel_logs(b, nodes), self._gpu_part(b, nodes),
-                                     self._history_part(b, inp, nodes))
+                                     self._kernel_logs(b, nodes), self._gpu_part(b, nodes), history)
         for notes in parts:
             b.notes.extend(notes)
         activity.logger.info("evidence for %s: %d log lines, kernel lines %s, notes %s", inp.incident_id,
@@ -182,26 +203,45 @@ class EvidenceActivities:
     async def _history_part(self, b: EvidenceBundle, inp: GatherEvidenceInput, nodes: list[str]) -> list[str]:
         if self.node_history is None or not nodes:
             return []
+        got, why = await self._read_node_history(inp, nodes)
+        b.node_history = got
+        return [why] if why else []
+
+    async def _early_history(self, b: EvidenceBundle, early: asyncio.Future[HistoryRead],
+                             nodes: list[str]) -> list[str]:
+        """The read started beside the settle wait, kept to ``nodes`` (the job's, a subset of the
+        trigger's)."""
+        got, why = await early
+        b.node_history = {n: v for n, v in got.items() if n in nodes}
+        return [why] if why else []
+
+    async def _read_node_history(self, inp: GatherEvidenceInput, nodes: list[str]) -> HistoryRead:
+        """The nodes' earlier incidents within ``NODE_HISTORY_WINDOW`` → (history, None), or
+        (empty, note) when it cannot be read (history is extra evidence: never raises)."""
+        assert self.node_history is not None
         try:
             since = datetime.now(UTC) - NODE_HISTORY_WINDOW
-            b.node_history = await self.node_history(inp.cluster, nodes, since, inp.incident_id)
+            return await self.node_history(inp.cluster, nodes, since, inp.incident_id), None
         except Exception as e:  # noqa: BLE001 — history is extra evidence: its absence is a note
-            return [f"node history unavailable: {type(e).__name__}: {str(e)[:200]}"]
-        return []
+            return {}, f"node history unavailable: {type(e).__name__}: {str(e)[:200]}"
 
-    async def _settle(self, inp: GatherEvidenceInput) -> str:
+    async def _settle(self, inp: GatherEvidenceInput, last: list[JobRecord] | None = None) -> str:
         """Wait for a dying job to finish writing (``GatherEvidenceInput.settle_s`` at most): end
         once the job no longer runs (nothing of the attempt writes any more) or its log has not
         grown for ``settle_quiet_s``. Looks every ``settle_poll_s`` (one log-size read and one job
         read, side by side). Returns ``"<seconds> s: <why it ended>"``; never raises (a source
-        that cannot be read just gives no early end)."""
+        that cannot be read just gives no early end). ``last`` (when given) ends holding the job
+        record of the final look, or nothing when that read failed."""
         limit, quiet = max(0.0, inp.settle_s), max(0.0, inp.settle_quiet_s)
         poll = min(max(0.02, inp.settle_poll_s), limit)
         t0 = last_growth = time.monotonic()
         size: int | None = None
         while True:
-            got_size, state = await asyncio.gather(self._log_size(inp.log_path, inp.job_id),
-                                                   self._job_state(inp.job_id))
+            got_size, record = await asyncio.gather(self._log_size(inp.log_path, inp.job_id),
+                                                    self._job_record(inp.job_id))
+            if last is not None:
+                last[:] = [record] if record is not None else []
+            state = JobState(str(record.state)) if record is not None and record.state else None
             now = time.monotonic()
             if got_size is not None and got_size != size:
                 if size is not None:
@@ -224,12 +264,11 @@ class EvidenceActivities:
         except (OSError, ReviveError):
             return None
 
-    async def _job_state(self, job_id: str) -> JobState | None:
+    async def _job_record(self, job_id: str) -> JobRecord | None:
         try:
-            state = (await self.scheduler.get_job(job_id)).state
+            return await self.scheduler.get_job(job_id)
         except (ReviveError, OSError):
             return None
-        return JobState(str(state)) if state else None  # a record may carry the state as text
 
     def _log_window(self, b: EvidenceBundle, data: bytes, inp: GatherEvidenceInput, notes: list[str]) -> None:
         """Cut the log's tail to the attempt, write the window file, fill ``b.job_log`` (blocking:

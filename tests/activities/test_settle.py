@@ -121,3 +121,40 @@ async def test_no_wait_when_settle_is_zero(tmp_path):
     _, ev, log = setup(tmp_path)
     b = await ev.gather_evidence(gather_input(log, settle_s=0))
     assert b.settle == "" and "CUDA error" in b.job_log
+
+
+async def test_the_nodes_history_is_read_during_the_wait_and_the_last_look_is_the_job_record(tmp_path):
+    """The nodes' earlier incidents (a visibility query in the worker) need no log line: they are
+    read while the job finishes writing, so the first action does not wait for them after it; the
+    settle's last job read is the bundle's job record (no second read)."""
+    sched, _, log = setup(tmp_path)
+    asked: list[tuple[float, list[str]]] = []
+    t0 = time.monotonic()
+
+    async def history(cluster: str, nodes: list[str], since: datetime, iid: str) -> dict:
+        asked.append((time.monotonic() - t0, list(nodes)))
+        await asyncio.sleep(0.2)  # a visibility query
+        return {"node2": [], "node9": []}
+
+    ev = EvidenceActivities(sched, str(tmp_path / "{node}.kern"), tmp_path / "ev", node_history=history)
+    b = await ev.gather_evidence(gather_input(log, settle_s=5.0, settle_quiet_s=0.5))
+    took = time.monotonic() - t0
+    assert len(asked) == 1 and asked[0][1] == ["node1", "node2"], asked
+    assert asked[0][0] < 0.2, asked  # started with the wait, not after its 0.5 s
+    assert took < 0.5 + 0.2 + 0.5, took  # the 0.2 s read is not added after the wait
+    assert b.node_history == {"node2": []}  # kept to the job's nodes
+    assert b.job is not None and b.job.job_id == "7" and b.job.state == JobState.RUNNING
+
+
+async def test_a_job_whose_record_names_other_nodes_gets_their_history_read_after_the_wait(tmp_path):
+    sched, _, log = setup(tmp_path)
+    asked: list[list[str]] = []
+
+    async def history(cluster: str, nodes: list[str], since: datetime, iid: str) -> dict:
+        asked.append(list(nodes))
+        return {}
+
+    ev = EvidenceActivities(sched, str(tmp_path / "{node}.kern"), tmp_path / "ev", node_history=history)
+    inp = gather_input(log, settle_s=5.0, settle_quiet_s=0.2).model_copy(update={"nodes": ["node1"]})
+    await ev.gather_evidence(inp)
+    assert asked == [["node1"], ["node1", "node2"]]  # the trigger knew node1 only; the record has both
