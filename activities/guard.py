@@ -232,7 +232,7 @@ class GuardActivities:
 
     async def _admit(self, inp: AdmitIncidentInput, wid: str,
                      vis: asyncio.Task[JobIncidentHistory]) -> AdmitAnswer:
-        a, h = inp.admit, inp.history
+        h = inp.history
         # the guard's node note needs nothing from the record: its Update runs beside the record's
         # (one round trip fewer before the plan; the note is idempotent per incident id, so a retried
         # activity notes once, and the record refuses only an admit sent to another job's record)

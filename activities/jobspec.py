@@ -38,7 +38,6 @@ from pydantic import BaseModel, Field
 from temporalio import activity
 
 from activities.blocking import with_heartbeats
-
 from revive.errors import JobNotFound, SchedulerError, SchedulerUnavailable
 from revive.models import JobIdentity, JobRecord, JobSpecSaved, SaveJobSpecInput
 from revive.scheduler.base import Scheduler
