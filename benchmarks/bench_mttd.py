@@ -28,6 +28,13 @@ default 10 s) on purpose: that window is in the figures. Prints per fault::
 
     BENCH action_stages fault=<f> runs=<n> detect_p50_s= gather_p50_s= attribute_p50_s= decide_p50_s= act_p50_s= wft_p50_s= load=
 
+and the three figures alone, in issue #13's format (the same numbers: ``mttd`` = detect, ``action`` =
+fault → first mutating Slurm call, ``mttr`` = fault → first progress past the checkpoint)::
+
+    BENCH mttd fault=<f> runs=<n> p50_s= p99_s=      (the detect figures; a key of the line above)
+    BENCH action fault=<f> runs=<n> p50_s= p99_s=
+    BENCH mttr fault=<f> runs=<n> p50_s= p99_s=
+
 (``nan`` where no run produced that stamp). The stages split the time to the first action at
 the incident's history event times (``benchmarks/action_stages.py``): fault → incident start →
 gather done → attribution done → runbook started → first mutating Slurm call accepted; ``wft`` is the
@@ -62,6 +69,24 @@ def pct(xs: list[float], q: float) -> float:
         return math.nan
     s = sorted(xs)
     return s[min(len(s) - 1, int(round(q / 100 * (len(s) - 1))))]
+
+
+def summary_lines(fault: str, rows: list[dict], load: str) -> list[str]:
+    """The ``BENCH mttd`` / ``action`` / ``mttr`` lines for one fault's runs (``rows``: each with
+    ``outcome`` and the seconds ``detect``, ``action``, ``resume`` from the fault, None where a run
+    produced no stamp). ``nan`` where no run did. The ``mttd`` line carries every figure
+    (``detect_p50_s`` … ``resume_p99_s``) and ``p50_s`` / ``p99_s`` (= detect)."""
+    ok = [r for r in rows if r.get("outcome") == "recovered"]
+    d, a, m = ([r[k] for r in rows if r.get(k) is not None] for k in ("detect", "action", "resume"))
+    return [
+        f"BENCH mttd fault={fault} runs={len(rows)} ok={len(ok)} "
+        f"detect_p50_s={pct(d, 50):.2f} detect_p99_s={pct(d, 99):.2f} "
+        f"action_p50_s={pct(a, 50):.2f} action_p99_s={pct(a, 99):.2f} "
+        f"resume_p50_s={pct(m, 50):.2f} resume_p99_s={pct(m, 99):.2f} "
+        f"p50_s={pct(d, 50):.2f} p99_s={pct(d, 99):.2f} load={load}",
+        f"BENCH action fault={fault} runs={len(rows)} p50_s={pct(a, 50):.2f} p99_s={pct(a, 99):.2f} load={load}",
+        f"BENCH mttr fault={fault} runs={len(rows)} p50_s={pct(m, 50):.2f} p99_s={pct(m, 99):.2f} load={load}",
+    ]
 
 
 def stage_text(st: dict) -> str:
@@ -203,14 +228,9 @@ def main() -> int:
                     print("    " + stage_text(r["stages"]), flush=True)
             ok = [r for r in rows if r.get("outcome") == "recovered"]
             failed = failed or len(ok) < len(rows)
-            d = [r["detect"] for r in rows if r.get("detect") is not None]
-            a = [r["action"] for r in rows if r.get("action") is not None]
-            m = [r["resume"] for r in rows if r.get("resume") is not None]
             load = open("/proc/loadavg").read().split()[0]
-            print(f"BENCH mttd fault={fault} runs={len(rows)} ok={len(ok)} "
-                  f"detect_p50_s={pct(d, 50):.2f} detect_p99_s={pct(d, 99):.2f} "
-                  f"action_p50_s={pct(a, 50):.2f} action_p99_s={pct(a, 99):.2f} "
-                  f"resume_p50_s={pct(m, 50):.2f} resume_p99_s={pct(m, 99):.2f} load={load}", flush=True)
+            for line in summary_lines(fault, rows, load):
+                print(line, flush=True)
             st = [r["stages"] for r in rows if r.get("stages")]
             print(f"BENCH action_stages fault={fault} runs={len(st)} " + " ".join(
                 f"{k.removesuffix('_s')}_p50_s={pct([x[k] for x in st if x.get(k) is not None], 50):.2f}"
