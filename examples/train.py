@@ -68,8 +68,10 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import BinaryIO
 
 # Must be set before torch is imported to take effect on its thread pools.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -291,6 +293,30 @@ def fire_fault(args: argparse.Namespace, me: Rank, it: int, marker: Path) -> boo
     return args.fault == "slow"
 
 
+def pad_step(args: argparse.Namespace, t0: float, slow_active: bool) -> float:
+    """Sleep out the rest of ``--step-seconds`` (plus the slow fault's extra) since ``t0``
+    (``time.perf_counter``); returns the time after it."""
+    pad = args.step_seconds - (time.perf_counter() - t0)
+    if slow_active:
+        pad += args.slow_factor * args.step_seconds
+    if pad > 0:
+        time.sleep(pad)
+    return time.perf_counter()
+
+
+def save_checkpoint(me: Rank, it: int, path: Path, write: Callable[[BinaryIO], object]) -> None:
+    """Rank 0's atomic save, between its two lines: ``write(f)`` into a temp file beside ``path``,
+    fsync, rename over ``path``."""
+    me.say(f"saving checkpoint at iteration {it}")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as f:
+        write(f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    me.say(f"saved checkpoint at iteration {it}")
+
+
 # ------------------------------------------------------- plain engine: TCP all-reduce --
 
 class PeerLost(RuntimeError):
@@ -418,12 +444,7 @@ def train_plain(args: argparse.Namespace, me: Rank, master_addr: str, port: int,
         if fault_here and it == args.fault_iteration and fire_fault(args, me, it, marker):
             slow_active = True
 
-        pad = args.step_seconds - (time.perf_counter() - t0)
-        if slow_active:
-            pad += args.slow_factor * args.step_seconds
-        if pad > 0:
-            time.sleep(pad)
-        t1 = time.perf_counter()
+        t1 = pad_step(args, t0, slow_active)
 
         flat = comm.all_reduce(grad + [loss])
         for i in range(dim):
@@ -435,15 +456,8 @@ def train_plain(args: argparse.Namespace, me: Rank, master_addr: str, port: int,
                f"compute_ms {(t1 - t0) * 1000:.1f} | step_time_ms {(t2 - t0) * 1000:.1f}")
 
         if me.rank == 0 and (it % args.ckpt_every == 0 or it == args.iterations):
-            me.say(f"saving checkpoint at iteration {it}")
-            tmp = ckpt_dir / f".{PLAIN_CKPT_NAME}.{os.getpid()}.tmp"
-            with open(tmp, "w") as f:
-                json.dump({"model": w, "optim": mom, "iteration": it, "world_size": me.world,
-                           "job_id": me.job_id}, f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, ckpt_path)
-            me.say(f"saved checkpoint at iteration {it}")
+            state = {"model": w, "optim": mom, "iteration": it, "world_size": me.world, "job_id": me.job_id}
+            save_checkpoint(me, it, ckpt_path, lambda f, state=state: f.write(json.dumps(state).encode()))
 
     comm.all_reduce([0.0])
     me.say(f"training complete at iteration {args.iterations}")
@@ -525,12 +539,7 @@ def main(argv: list[str] | None = None) -> int:
         if fault_here and it == args.fault_iteration and fire_fault(args, me, it, marker):
             slow_active = True
 
-        pad = args.step_seconds - (time.perf_counter() - t0)
-        if slow_active:
-            pad += args.slow_factor * args.step_seconds
-        if pad > 0:
-            time.sleep(pad)
-        t1 = time.perf_counter()
+        t1 = pad_step(args, t0, slow_active)
 
         # ---- the collective: average gradients and loss across ranks (one all_reduce)
         flat = torch.cat([p.grad.reshape(-1) for p in params] + [loss.detach().reshape(1)])
@@ -548,15 +557,9 @@ def main(argv: list[str] | None = None) -> int:
                f"compute_ms {(t1 - t0) * 1000:.1f} | step_time_ms {(t2 - t0) * 1000:.1f}")
 
         if me.rank == 0 and (it % args.ckpt_every == 0 or it == args.iterations):
-            me.say(f"saving checkpoint at iteration {it}")
-            tmp = ckpt_dir / f".{CKPT_NAME}.{os.getpid()}.tmp"
-            with open(tmp, "wb") as f:
-                torch.save({"model": model.state_dict(), "optim": opt.state_dict(), "iteration": it,
-                            "world_size": me.world, "job_id": me.job_id}, f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, ckpt_path)
-            me.say(f"saved checkpoint at iteration {it}")
+            state = {"model": model.state_dict(), "optim": opt.state_dict(), "iteration": it,
+                     "world_size": me.world, "job_id": me.job_id}
+            save_checkpoint(me, it, ckpt_path, lambda f, state=state: torch.save(state, f))
 
     dist.barrier()
     me.say(f"training complete at iteration {args.iterations}")
