@@ -123,12 +123,11 @@ class EvidenceActivities:
     async def _gather_after_settle(self, inp: GatherEvidenceInput,
                                    early: asyncio.Future[HistoryRead] | None,
                                    early_nodes: list[str]) -> EvidenceBundle:
-        last: list[JobRecord] = []
-        settled = await self._settle(inp, last) if inp.settle_s > 0 else ""
+        settled, record = await self._settle(inp) if inp.settle_s > 0 else ("", None)
         b = EvidenceBundle(trigger=inp.trigger, ip_to_node=self.ip_to_node,
                            kernel_log_utc_offset_s=self.kernel_log_utc_offset_s, settle=settled)
-        if last:
-            b.job = last[-1]  # read by the settle's last look, moments ago
+        if record is not None:
+            b.job = record  # read by the settle's last look, moments ago
         else:
             try:
                 b.job = await self.scheduler.get_job(inp.job_id)
@@ -137,8 +136,8 @@ class EvidenceActivities:
             except SchedulerError as e:
                 b.notes.append(f"job record unavailable: {e}")
         nodes = list(dict.fromkeys((b.job.nodes if b.job and b.job.nodes else []) or inp.nodes))
-        history = (self._early_history(b, early, nodes) if early is not None and set(nodes) <= set(early_nodes)
-                   else self._history_part(b, inp, nodes))
+        covered = early if early is not None and set(nodes) <= set(early_nodes) else None
+        history = self._history_part(b, inp, nodes, covered)
         # independent reads side by side; each keeps its notes, added below in a fixed order
         parts = await asyncio.gather(self._node_states(b, nodes), self._job_log(b, inp),
                                      self._kernel_logs(b, nodes), self._gpu_part(b, nodes), history)
@@ -200,18 +199,13 @@ class EvidenceActivities:
             b.gpu_metrics = await self._gpu_samples(nodes, notes)
         return notes
 
-    async def _history_part(self, b: EvidenceBundle, inp: GatherEvidenceInput, nodes: list[str]) -> list[str]:
+    async def _history_part(self, b: EvidenceBundle, inp: GatherEvidenceInput, nodes: list[str],
+                            early: asyncio.Future[HistoryRead] | None = None) -> list[str]:
+        """``b.node_history`` for ``nodes``: from ``early`` (the read started beside the settle
+        wait for the trigger's nodes, a superset of ``nodes``) when given, else read now."""
         if self.node_history is None or not nodes:
             return []
-        got, why = await self._read_node_history(inp, nodes)
-        b.node_history = got
-        return [why] if why else []
-
-    async def _early_history(self, b: EvidenceBundle, early: asyncio.Future[HistoryRead],
-                             nodes: list[str]) -> list[str]:
-        """The read started beside the settle wait, kept to ``nodes`` (the job's, a subset of the
-        trigger's)."""
-        got, why = await early
+        got, why = await early if early is not None else await self._read_node_history(inp, nodes)
         b.node_history = {n: v for n, v in got.items() if n in nodes}
         return [why] if why else []
 
@@ -225,13 +219,13 @@ class EvidenceActivities:
         except Exception as e:  # noqa: BLE001 — history is extra evidence: its absence is a note
             return {}, f"node history unavailable: {type(e).__name__}: {str(e)[:200]}"
 
-    async def _settle(self, inp: GatherEvidenceInput, last: list[JobRecord] | None = None) -> str:
+    async def _settle(self, inp: GatherEvidenceInput) -> tuple[str, JobRecord | None]:
         """Wait for a dying job to finish writing (``GatherEvidenceInput.settle_s`` at most): end
         once the job no longer runs (nothing of the attempt writes any more) or its log has not
         grown for ``settle_quiet_s``. Looks every ``settle_poll_s`` (one log-size read and one job
         read, side by side). Returns ``"<seconds> s: <why it ended>"``; never raises (a source
-        that cannot be read just gives no early end). ``last`` (when given) ends holding the job
-        record of the final look, or nothing when that read failed."""
+        that cannot be read just gives no early end), with the job record of the final look (None
+        when that read failed)."""
         limit, quiet = max(0.0, inp.settle_s), max(0.0, inp.settle_quiet_s)
         poll = min(max(0.02, inp.settle_poll_s), limit)
         t0 = last_growth = time.monotonic()
@@ -239,8 +233,6 @@ class EvidenceActivities:
         while True:
             got_size, record = await asyncio.gather(self._log_size(inp.log_path, inp.job_id),
                                                     self._job_record(inp.job_id))
-            if last is not None:
-                last[:] = [record] if record is not None else []
             state = JobState(str(record.state)) if record is not None and record.state else None
             now = time.monotonic()
             if got_size is not None and got_size != size:
@@ -249,11 +241,11 @@ class EvidenceActivities:
                 size = got_size
             elapsed = now - t0
             if state is not None and state not in STILL_WRITING and elapsed > 0:
-                return f"{elapsed:.2f} s: job {state.value}"
+                return f"{elapsed:.2f} s: job {state.value}", record
             if size is not None and now - last_growth >= quiet and quiet < limit:
-                return f"{elapsed:.2f} s: log quiet {quiet:g} s"
+                return f"{elapsed:.2f} s: log quiet {quiet:g} s", record
             if elapsed >= limit:
-                return f"{elapsed:.2f} s: limit"
+                return f"{elapsed:.2f} s: limit", record
             await asyncio.sleep(min(poll, limit - elapsed))
 
     async def _log_size(self, path: str | None, job_id: str) -> int | None:
