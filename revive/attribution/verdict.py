@@ -147,10 +147,12 @@ scripts' ``desc=`` strings such as "Running tokenizer on dataset", "Grouping tex
 
 _SAVE_START = re.compile(r"\b[Ss]aving (?:a |the )?(?:full |final |distributed |sharded |async |model )?checkpoint\b|"
                          r"\b[Ss]tart(?:ing|ed)? (?:to )?sav(?:e|ing) (?:the )?checkpoint\b|"
-                         r"\b[Ss]aving (?:the )?(?:model|state[ _]dict|weights|optimizer state)(?: to| at| for|\.{3}|$)")
+                         r"\b[Ss]aving (?:the )?(?:model|state[ _]dict|weights|optimizer state)(?: to| at| for|\.{3}|$)|"
+                         r"\bSummoning checkpoint\b")
 """A line announcing that a checkpoint save begins (Megatron ``saving checkpoint at iteration N``,
 torchtitan ``Saving a full checkpoint at step N``, HF Trainer ``Saving model checkpoint to DIR``,
-Revive's example ``saving checkpoint at iteration N``)."""
+Revive's example ``saving checkpoint at iteration N``, CompVis latent-diffusion / Stable Diffusion
+``main.py`` ``melk()``: ``Summoning checkpoint.`` printed right before ``trainer.save_checkpoint``)."""
 _SAVE_DONE = re.compile(r"\b[Ss]aved (?:a |the )?(?:\w+ )?(?:checkpoint|model|state|weights)|\bsaved (?:in|to|at)\b|"
                         r"[Cc]heckpoint (?:saved|written|complete)|[Ss]uccessfully saved|[Ff]inished saving|"
                         r"[Ss]aving .*\b(?:done|finished|complete[d]?)\b|[Ss]ave (?:took|finished|done|complete)")
@@ -306,16 +308,24 @@ def _apply_field_rules(ctx: _Ctx) -> None:
         if e.m.id in ("nccl.ib_completion_error", "nccl.ib_retry_exceeded") and e.node and _HCA.search(e.text):
             e.domain, e.action = Domain.hardware, Action.requeue_exclude_nodes
             e.upgraded = "the error names the host's HCA: its InfiniBand link/port is at fault"
-    # 3e. SIGKILL while a checkpoint/model is being loaded, with no OOM line: the host OOM killer
+    # 3e. SIGKILL while a checkpoint/model is being loaded or saved, with no OOM line: the host OOM
+    #     killer (loading and serialising both materialise the full state in host RAM)
     lines = ctx.bundle.job_log.split("\n") if ctx.bundle.job_log else []
+    prog = set(ctx.progress_idx)
     for e in evs:
         if e.m.role == "root" and _is_sigkill(e) and e.source == ctx.bundle.job_log_source and e.line_no:
             window = lines[max(0, e.line_no - 40):e.line_no - 1]
             pressure = _host_memory_pressure(window)
+            saving = _hung_in_checkpoint_save(lines, e.line_no - 1, prog)
             if any(_CKPT_LOAD.search(x) for x in window):
                 e.category, e.domain, e.tier, e.action = Category.oom_host, Domain.application, 2, Action.stop_no_retry
                 e.upgraded = ("killed by SIGKILL while loading a checkpoint/model, no other error: the host's "
                               "OOM killer (every rank loading the full state into RAM)")
+            elif saving:
+                e.category, e.domain, e.tier, e.action = Category.oom_host, Domain.application, 2, Action.stop_no_retry
+                e.upgraded = (f"killed by SIGKILL inside a checkpoint save ({saving[-80:]!r}, no 'saved' line after "
+                              "it), no other error: the host's OOM killer (serialising the state copies it into "
+                              "host RAM); it recurs at the next save")
             elif pressure is not None:
                 e.category, e.domain, e.tier, e.action = Category.oom_host, Domain.application, 2, Action.stop_no_retry
                 e.upgraded = (f"killed by SIGKILL with host memory at {pct_text(pressure)} just before: the host's "
@@ -323,7 +333,6 @@ def _apply_field_rules(ctx: _Ctx) -> None:
     # 3af. a hang whose last activity is a checkpoint-save line with no "saved" line after it: the save
     #     path itself deadlocked (a collective inside the distributed save, a writer thread): the
     #     application's hang, it recurs at the next save - stop (a hang after a completed save is not this)
-    prog = set(ctx.progress_idx)
     for e in evs:
         if (e.m.role == "root" and e.category == Category.hang and e.domain != Domain.hardware
                 and e.source == ctx.bundle.job_log_source and e.line_no):
@@ -712,6 +721,35 @@ def _rank_layout(ctx: _Ctx) -> dict[int, str]:
     return out
 
 
+_NCCL_HOST_PREFIX = re.compile(r"(?m)(?:^|[\s\]>:])(?P<host>[A-Za-z0-9][\w.-]*):\d+:\d+ \[\d+\] (?:[\w./-]+:\d+ )?"
+                               r"NCCL (?:INFO|WARN|ERROR|TRACE|ABORT)\b")
+"""NCCL's own line prefix ``<hostname>:<pid>:<tid> [<cudaDev>] [file:line ]NCCL INFO|WARN …`` (NCCL
+src/debug.cc ``ncclDebugLog``, 2.x), wherever the line sits after a launcher's or a timestamp's prefix."""
+MAX_NCCL_PREFIX_SCAN = 5000
+
+
+def _single_nccl_host(text: str, nodes: list[str]) -> str | None:
+    """The one host that NCCL's line prefixes name in ``text`` (None when none, or two or more, are named;
+    with a known node list the host must be one of the job's nodes). Scans at most
+    ``MAX_NCCL_PREFIX_SCAN`` prefixes."""
+    if not text or "NCCL " not in text:
+        return None
+    seen: str | None = None
+    for k, m in enumerate(_NCCL_HOST_PREFIX.finditer(text)):
+        if k >= MAX_NCCL_PREFIX_SCAN:
+            break
+        h = _norm_host(m.group("host"), nodes)
+        if h is None or h.isdigit():
+            continue
+        if seen is None:
+            seen = h
+        elif h != seen:
+            return None
+    if seen is not None and nodes and seen not in nodes:
+        return None
+    return seen
+
+
 def _ev_node(ev: _Ev, layout: dict[int, str], nodes: list[str]) -> str | None:
     if ev.node:
         return ev.node
@@ -974,6 +1012,12 @@ def _decide(ctx: _Ctx) -> Attribution:
                 node = _ev_node(e, layout, nodes)
                 if node and node not in culprit_nodes:
                     culprit_nodes.append(node)
+        if not culprit_nodes:
+            # the error line names no host: the one host the job's NCCL lines name is where it ran
+            only = _single_nccl_host(bundle.job_log, nodes)
+            if only:
+                culprit_nodes.append(only)
+                extra += f" The job's NCCL lines name one host, {only}: the fault is placed there."
     elif sig.id == "nccl.ib_completion_error":
         ip = sig.fields.get("peer_ip")
         if ip and ip in bundle.ip_to_node:
