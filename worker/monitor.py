@@ -27,7 +27,11 @@ Restarts (issue #12 item 4, issue #9 item 2). Nothing the monitor needs lives on
 - the current attempt's first line is found by re-reading the log's last ``REBUILD_MAX_BYTES``
   (``worker.detect.find_attempt_start``: the marker, or the attempt's ``attempt_started_at`` against
   the lines' own stamps), each time the job starts an attempt (on first sight too), and the hang
-  clock is set back to the last progress line's stamp (``worker.detect.restore_clock``).
+  clock is set back to the last progress line's stamp (``worker.detect.restore_clock``);
+- a job first seen already ended abnormally (it failed while the monitor started, or while no
+  monitor ran) is handled as a job seen leaving RUNNING when it ended after ``catch_up_since``
+  (``CATCH_UP_S`` before the start, or back to an earlier monitor's last pass, at most
+  ``CATCH_UP_MAX_S``): its attempt's lines are read once and its end opens the incident.
 
 A log file belongs to one job at a time: when several watched jobs name the same StdOut (a
 resubmitted job writing to the old job's file), only the job running the latest attempt reads it;
@@ -117,6 +121,16 @@ ATTEMPT_WAIT_S = 60.0
 each pass for up to this long (the dying attempt keeps writing after the requeue: its lines must not
 count as the new attempt's); then the log is followed from where it stands."""
 
+CATCH_UP_S = 60.0
+"""A job first seen already ended abnormally (``ABNORMAL_END``) at most this many seconds before the
+monitor started is handled as if the monitor had seen it leave RUNNING: it failed while the monitor
+was starting (a job that faults in its first seconds, a monitor restarted by systemd)."""
+
+CATCH_UP_MAX_S = 3600.0
+"""When an earlier monitor left its offsets file in the state dir, the window reaches back to that
+file's last save (its last pass, every 5 s), at most this many seconds: jobs that failed while no
+monitor ran still get their incident; older ends are left to the operator."""
+
 ATTEMPT_RUNS = frozenset({JobState.RUNNING, JobState.CONFIGURING})
 """States in which the current attempt (restart count) is known to run, so its StartTime is its own.
 Right after a requeue Slurm shows the new restart count while the old attempt is still torn down
@@ -188,6 +202,21 @@ class Watch:
     wait_from: int | None = None
     """The new attempt has printed nothing yet: the byte to look from on the next pass (local logs)."""
     wait_since: float | None = None
+    ended_unseen: bool = False
+    """First seen already ended abnormally, inside the catch-up window (``catch_up_since``): its
+    attempt is located once in the log and read as a job seen leaving RUNNING is."""
+
+
+def catch_up_since(offsets_file: Path, now: float) -> float:
+    """Unix time (s) from which a job that ended abnormally before the monitor first saw it is still
+    handled: ``now - CATCH_UP_S``, or an earlier monitor's last pass (the mtime of ``offsets_file``,
+    saved every 5 s) when that is earlier, but never before ``now - CATCH_UP_MAX_S``."""
+    since = now - CATCH_UP_S
+    try:
+        since = min(since, offsets_file.stat().st_mtime)
+    except OSError:  # no earlier monitor on this state dir
+        pass
+    return max(since, now - CATCH_UP_MAX_S)
 
 
 class Monitor:
@@ -209,6 +238,9 @@ class Monitor:
         state = Path(cfg.state_dir)
         offsets = "offsets.json" if self.shard is None else f"offsets-{self.shard[0]}of{self.shard[1]}.json"
         self.follower = Follower(offsets_file=state / offsets, cluster=cfg.name)
+        self.catch_up_since = catch_up_since(state / offsets, time.time())
+        """Unix time (s): a job first seen already ended abnormally after this is handled as seen
+        leaving RUNNING (``CATCH_UP_S``, ``CATCH_UP_MAX_S``); before it, it is left alone."""
         self.logs: LogReader | None = None if isinstance(logs, LocalLogs) else logs
         """Job logs elsewhere (the login node over SFTP, a log store); None: local files, read as
         chunks through ``self.follower`` and the chunk scanner."""
@@ -276,6 +308,11 @@ class Monitor:
             log.info("policy version %d from the cluster guard (applied by %s)", got.policy_version, got.policy_by)
             self.policy, self.policy_version = got.policy, got.policy_version
 
+    def _ended_unseen(self, j: JobRecord) -> bool:
+        """``j`` ended abnormally after ``catch_up_since``: the monitor missed it leaving RUNNING."""
+        end = j.ended_at
+        return j.state in ABNORMAL_END and end is not None and end.timestamp() >= self.catch_up_since
+
     def mode_for(self, partition: str | None) -> str:
         """The mode an incident opens with (search attribute): the guard's, else the policy's."""
         eff = effective_mode(self.guard, partition) if self.guard is not None else None
@@ -300,12 +337,16 @@ class Monitor:
             if w is not None and j.submit_time and w.first_submit and w.job.name != j.name:
                 self.watches.pop(j.job_id)  # a reused id (fresh cluster): a different job
                 w = None
-            if w is None and opted_in(j, self.cfg, self.policy) and j.state in WATCH_START:
+            unseen = self._ended_unseen(j)
+            if w is None and opted_in(j, self.cfg, self.policy) and (j.state in WATCH_START or unseen):
                 first, opened = await self._rebuild_identity(j)
                 w = Watch(job=j, first_submit=first, tracker=self._tracker(j.restarts), opened=opened,
-                          last_state=j.state, last_restart=j.restarts, attempt=j.restarts)
+                          last_state=JobState.RUNNING if unseen else j.state, last_restart=j.restarts,
+                          attempt=j.restarts, ended_unseen=unseen)
                 self.watches[j.job_id] = w
-                log.info("watching job %s (%s) attempt %d log %s", j.job_id, j.name, j.restarts, j.std_out)
+                log.info("watching job %s (%s) attempt %d log %s%s", j.job_id, j.name, j.restarts, j.std_out,
+                         f" (it ended {j.state} at {j.ended_at:%H:%M:%S} before the monitor saw it run)"
+                         if unseen and j.ended_at else "")
         readers = self._log_owners(live, now)
         if self.logs is None and self.prefetch_threads > 0:  # local files: stat + read on threads, then scan
             paths = [j.std_out for job_id in self.watches if (j := live.get(job_id)) is not None and j.std_out]
@@ -438,9 +479,10 @@ class Monitor:
                 text=hit.text, source=j.std_out, line_no=line_no), fault_family(hit.category))
 
     async def _follow(self, w: Watch, j: JobRecord, now: float, reads: bool = True) -> None:
-        if (j.restarts != w.attempt or not w.located) and j.state in ATTEMPT_RUNS:
+        if (j.restarts != w.attempt or not w.located) and (j.state in ATTEMPT_RUNS or w.ended_unseen):
             if j.restarts != w.attempt and w.wait_since is None:
                 log.info("job %s: attempt %d → %d (scheduler restart count)", j.job_id, w.attempt, j.restarts)
+            w.ended_unseen = False  # an ended job's attempt is looked for once
             await self._locate(w, j, now)
         t = w.tracker
         if j.std_out and reads and w.located:

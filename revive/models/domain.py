@@ -16,7 +16,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from revive.models.jobstate import NOT_STARTED, JobState
+from revive.models.jobstate import NOT_STARTED, TERMINAL, JobState
 
 
 class Category(StrEnum):
@@ -134,6 +134,9 @@ class JobRecord(BaseModel):
     restart_count: int = 0
     submit_time: datetime | None = None
     start_time: datetime | None = None
+    end_time: datetime | None = None
+    """Slurm ``EndTime=`` / ``end_time``: when the job ended; for a job that has not ended Slurm
+    prints its expected end (start + time limit), so read it through ``ended_at``."""
     std_out: str | None = None
     """Expanded StdOut path."""
     std_err: str | None = None
@@ -167,6 +170,11 @@ class JobRecord(BaseModel):
         ``squeue --json`` and slurmrestd (Slurm 22.05, ``src/common/slurm_protocol_defs.h``
         ``restart_cnt``); it counts every requeue, Revive's or the scheduler's own."""
         return self.restart_count
+
+    @property
+    def ended_at(self) -> datetime | None:
+        """When the job ended (aware UTC), or None while it has not (a state not in ``TERMINAL``)."""
+        return self.end_time if self.state in TERMINAL else None
 
     @property
     def attempt_started_at(self) -> datetime | None:

@@ -167,6 +167,7 @@ def parse_job_line(line: str) -> JobRecord:
         restart_count=_int(kv.get("Restarts")) or 0,
         submit_time=parse_slurm_time(kv.get("SubmitTime")),
         start_time=parse_slurm_time(kv.get("StartTime")),
+        end_time=parse_slurm_time(kv.get("EndTime")),
         std_out=_none(kv.get("StdOut")),
         std_err=_none(kv.get("StdErr")),
         work_dir=_none(kv.get("WorkDir")),

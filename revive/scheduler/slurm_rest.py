@@ -84,6 +84,7 @@ def job_from_rest(j: dict) -> JobRecord:
         restart_count=int(j.get("restart_cnt") or 0),
         submit_time=_ts(j.get("submit_time")),
         start_time=_ts(j.get("start_time")),
+        end_time=_ts(j.get("end_time")),
         std_out=_expand_pattern(_str(j.get("standard_output")), j),
         std_err=_expand_pattern(_str(j.get("standard_error")), j),
         work_dir=_str(j.get("current_working_directory")),

@@ -9,6 +9,7 @@ and sent a resubmitted job's fault to the old job's closed incident."""
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -24,7 +25,7 @@ from revive.policy import RecoveryPolicy
 from revive.scheduler.fake import FakeScheduler
 from tests.helpers.builders import progress
 from worker.detect import AttemptRule, AttemptTracker, find_attempt_start, restore_clock
-from worker.monitor import Monitor, parse_incident_id
+from worker.monitor import CATCH_UP_MAX_S, CATCH_UP_S, Monitor, catch_up_since, parse_incident_id
 
 GPU_FAULT = "[rank1]: RuntimeError: CUDA error: unknown error"
 SEGV = "[rank 1 host node2] Segmentation fault (core dumped)"
@@ -487,3 +488,83 @@ def test_the_scheduler_gives_the_attempt_and_when_it_started():
     rest = job_from_rest({"job_id": 5, "name": "train", "job_state": "RUNNING", "restart_cnt": 2,
                           "submit_time": 1796129170, "start_time": 1796129176})
     assert rest.restarts == 2 and rest.attempt_started_at == datetime.fromtimestamp(1796129176, UTC)
+
+
+async def test_a_job_that_failed_before_the_monitors_first_look_gets_its_incident(tmp_path):
+    # chaos run 9/20 of worker-kill-awaiting-approval (2026-12-02): on a loaded machine the monitor's
+    # first pass came 2 s after the job faulted and failed; it never saw the job run and filed nothing
+    cfg, pol, log = setup(tmp_path)
+    now = datetime.now(UTC).replace(microsecond=0)
+    s0 = now - timedelta(seconds=20)
+    log.write_text(attempt_lines(0, s0, 1, 7) + lines(GPU_FAULT))
+    sched = FakeScheduler(cluster="c", jobs=[job(log, submit_time=s0, start_time=s0, state="FAILED",
+                                                 exit_code="1:0", end_time=now - timedelta(seconds=2))])
+    temporal = FakeTemporal()
+    m = Monitor(cfg, pol, temporal, sched)  # type: ignore[arg-type]
+    await m.poll_once()
+    (iid,) = temporal.wfs
+    inp = temporal.inputs[iid]
+    assert iid == f"c-7-{stamp(s0)}-a0" and inp.attempt == 0
+    assert inp.trigger.signature_id is not None and inp.fault_family == "gpu"  # the fault line, read once
+    assert inp.checkpoint_iteration is None and "iteration 7/" in inp.last_progress["rank 1"]
+    assert [s[0] for s in temporal.signals] == [iid] and "FAILED" in temporal.signals[0][1]  # the end: a trigger
+    await m.poll_once()
+    assert list(temporal.wfs) == [iid] and len(temporal.signals) == 1  # nothing more on the next passes
+
+
+async def test_a_failure_from_before_the_catch_up_window_is_left_alone(tmp_path):
+    cfg, pol, log = setup(tmp_path)
+    now = datetime.now(UTC).replace(microsecond=0)
+    s0 = now - timedelta(hours=3)
+    log.write_text(attempt_lines(0, s0, 1, 7) + lines(GPU_FAULT))
+    ended = dict(state="FAILED", exit_code="1:0", submit_time=s0, start_time=s0)
+    sched = FakeScheduler(cluster="c", jobs=[
+        job(log, **ended, end_time=now - timedelta(seconds=CATCH_UP_S + 30)),  # before this monitor started
+        job(log, **ended, job_id="8", partition="debug", end_time=now - timedelta(seconds=5)),  # not opted in
+        job(log, job_id="9", state="COMPLETED", end_time=now - timedelta(seconds=5)),  # ended well
+    ])
+    temporal = FakeTemporal()
+    await Monitor(cfg, pol, temporal, sched).poll_once()  # type: ignore[arg-type]
+    assert temporal.wfs == {}
+
+
+async def test_a_restarted_monitor_catches_up_on_jobs_that_failed_while_none_ran(tmp_path):
+    cfg, pol, log = setup(tmp_path)
+    now = datetime.now(UTC).replace(microsecond=0)
+    s0 = now - timedelta(minutes=30)
+    log.write_text(attempt_lines(0, s0, 1, 7))
+    sched = FakeScheduler(cluster="c", jobs=[job(log, submit_time=s0, start_time=s0)])
+    temporal = FakeTemporal()
+    first = Monitor(cfg, pol, temporal, sched)  # type: ignore[arg-type]
+    await first.poll_once()
+    first.follower.save()
+    offsets = Path(cfg.state_dir) / "offsets.json"
+    down = now.timestamp() - 600  # the monitor died 10 min ago; the job failed 5 min ago
+    os.utime(offsets, (down, down))
+    with log.open("a") as f:
+        f.write(lines(CRASH))
+    sched.jobs["7"] = sched.jobs["7"].model_copy(update={"state": "FAILED", "exit_code": "1:0",
+                                                         "end_time": now - timedelta(minutes=5)})
+    second = Monitor(cfg, pol, temporal, sched)  # type: ignore[arg-type]
+    assert abs(second.catch_up_since - down) < 1
+    await second.poll_once()
+    (iid,) = temporal.wfs
+    assert iid == f"c-7-{stamp(s0)}-a0"
+
+
+def test_the_catch_up_window_reaches_back_to_an_earlier_monitors_last_pass_but_not_forever(tmp_path):
+    f = tmp_path / "offsets.json"
+    assert catch_up_since(f, 10_000.0) == 10_000.0 - CATCH_UP_S  # no earlier monitor
+    f.write_text("{}")
+    os.utime(f, (9_000.0, 9_000.0))
+    assert catch_up_since(f, 10_000.0) == 9_000.0
+    os.utime(f, (1.0, 1.0))
+    assert catch_up_since(f, 10_000.0) == 10_000.0 - CATCH_UP_MAX_S
+    os.utime(f, (9_990.0, 9_990.0))  # saved just now (a quick restart): the start window still applies
+    assert catch_up_since(f, 10_000.0) == 10_000.0 - CATCH_UP_S
+
+
+def test_the_end_time_counts_only_once_the_job_ended():
+    t = datetime(2026, 12, 2, 3, 0, tzinfo=UTC)
+    assert JobRecord(job_id="1", state="RUNNING", end_time=t).ended_at is None  # Slurm's expected end
+    assert JobRecord(job_id="1", state="FAILED", end_time=t).ended_at == t

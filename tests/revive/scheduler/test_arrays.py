@@ -92,6 +92,13 @@ def test_rest_records_of_array_tasks_use_the_same_address():
     assert (plain.job_id, plain.array_job_id) == ("9", None)
 
 
+def test_rest_records_carry_the_end_time():
+    from revive.scheduler.slurm_rest import job_from_rest
+
+    j = job_from_rest({"job_id": 9, "job_state": "FAILED", "end_time": {"set": True, "number": 1796180367}})
+    assert j.ended_at is not None and int(j.ended_at.timestamp()) == 1796180367
+
+
 async def test_recording_scheduler_records_the_signal_before_sending_it():
     from revive.scheduler.fake import RecordingScheduler
 

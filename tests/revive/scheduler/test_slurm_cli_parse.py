@@ -67,6 +67,14 @@ def test_failed_and_cancelled_jobs():
     assert c.state == "CANCELLED"
 
 
+def test_end_time_is_read_and_trusted_only_once_the_job_ended():
+    f = parse_job_line(_line("show_job_failed.txt"))
+    assert f.ended_at is not None and f.ended_at == f.start_time  # EndTime=2026-11-29T16:23:14
+    r = parse_job_line(_line("show_job_running.txt"))
+    assert r.end_time is not None and r.end_time.year == 2027  # the expected end: start + TimeLimit
+    assert r.ended_at is None
+
+
 def test_nodes():
     nodes = [parse_node_line(l) for l in (DATA / "show_node_all.txt").read_text().splitlines()]
     assert [n.name for n in nodes] == ["node1", "node2", "node3", "node4"]
