@@ -524,7 +524,7 @@ class ChunkScanner:
             return re.compile(pat)
         opts = self._re2.Options()
         opts.encoding = self._re2.Options.Encoding.LATIN1
-        opts.max_mem = 32 << 20
+        opts.max_mem = 16 << 20
         return self._re2.compile(pat, options=opts)
 
     @staticmethod
@@ -875,15 +875,15 @@ class ChunkScanner:
         if st is None:
             opts = self._re2.Options()
             opts.encoding = self._re2.Options.Encoding.LATIN1
-            opts.max_mem = 64 << 20
+            opts.max_mem = 32 << 20
             st = self._re2.Set.FullMatchSet(opts)
             st.Add(rb"(?s).*(?:" + self._gate_alt + rb").*")  # 0: some gate literal
             st.Add(_run_pattern(rank_re, it_re))  # 1: canonical and quiet lines
             st.Compile()
-            if len(self._sets) >= 8:
-                del self._sets[next(iter(self._sets))]
+            if len(self._sets) >= 3:  # the window's, and a head's or two (a head's bound changes per chunk)
+                del self._sets[next(k for k in self._sets if k != (_NAT_B, _NAT_B))]
             self._sets[key] = st
-        return bool(st.Match(data[a:w] if a or w < len(data) else data) == [1])
+        return bool(st.Match(memoryview(data)[a:w]) == [1])
 
     def _head_pattern(self, ranks: set[bytes], v: bytes | None) -> Any:
         """``_run_pattern`` for a head whose ranks are ``ranks`` and iterations ≤ ``v`` (None: no
@@ -895,7 +895,7 @@ class ChunkScanner:
         got = self._heads.get(key)
         if got is None:
             got = self._compile_run(rank_re, it_re)
-            if len(self._heads) >= 8:
+            if len(self._heads) >= 3:
                 del self._heads[next(iter(self._heads))]
             self._heads[key] = got
         return got

@@ -477,3 +477,29 @@ def test_random_busy_logs_the_bulk_path_equals_the_per_line_path(tmp_path_factor
     chunks[-1] = data[sum(map(len, chunks[:-1])):]
     tmp = tmp_path_factory.mktemp("bulk")
     assert _per_line(chunks, tmp / "a.log") == _chunked(chunks, tmp / "b.log", ChunkScanner())
+
+
+def test_small_chunks_go_through_the_bulk_path_without_a_head(tmp_path):
+    """A poll's few kilobytes (fewer than 200 records) are one window with no head: its records
+    continue the tracker's own stamps and gaps."""
+    data = _busy_log(n=3000, ranks=8)
+    chunks = [data[i:i + 9000] for i in range(0, len(data), 9000)]
+    sc = ChunkScanner()
+    b = _chunked(chunks, tmp_path / "b.log", sc)
+    assert sc.bulk_bytes > len(data) // 2
+    assert _per_line(chunks, tmp_path / "a.log") == b
+
+
+@pytest.mark.parametrize("where", ["head", "window"])
+def test_a_rank_that_stopped_printing_keeps_its_last_line(where, tmp_path):
+    """Rank 9 prints once, early (in the head: the head check refuses the run, which takes another
+    path) or late (in the window): either way its line is the one ``last_by_rank`` keeps."""
+    lines = _busy_log(n=20_000, ranks=8).decode().split("\n")
+    at = 100 if where == "head" else len(lines) - 50
+    lines.insert(at, lines[at].split(" [rank ")[0] + " [rank 9 host m1] iteration 1/100000 | loss 0.5 | "
+                 "compute_ms 9.9 | step_time_ms 20.0")
+    data = "\n".join(lines).encode()
+    sc = ChunkScanner()
+    b = _chunked([data], tmp_path / "b.log", sc)
+    assert _per_line([data], tmp_path / "a.log") == b
+    assert b[1]["last_by_rank"]["rank 9"] == lines[at]
