@@ -335,11 +335,13 @@ def _tracker_reads(text: str) -> bool:
 
 _LONG_BLOCK = LINE_CAP // 2
 _SUMMARY_MIN = 4096
-_BULK_MIN = _SUMMARY_MIN
-_WINDOW_MIN = 1 << 16
-_LEAD = 4096
-"""Runs of at least this many bytes try ``_bulk``, whose tail window starts at this many bytes."""
 """Runs shorter than this (bytes) take the per-line loop: the summary's fixed cost is not worth it."""
+_BULK_MIN = _SUMMARY_MIN
+"""Runs of at least this many bytes try ``ChunkScanner._bulk``."""
+_WINDOW_MIN = 1 << 16
+"""The smallest tail window (bytes) ``_bulk`` tries before the run's whole length."""
+_LEAD = 4096
+"""Bytes at the start of a chunk in which ``ChunkScanner._lead`` looks for gated lines."""
 _PRINTABLE = bytes([9, 10, *range(0x20, 0x7F)])
 _PROGRESS_B = re.compile(
     rb"(?m)^((\d{4}-\d\d-\d\dT[\d:.]+(?:[+-]\d\d:\d\d|Z)?)[ \t]+\[rank (\d+) host [^\]\s]+\][ \t]+"
@@ -423,6 +425,8 @@ def _rank_set(ranks: set[bytes]) -> bytes:
 _RANK0_STEP_B = re.compile(rb"\[rank 0 host [^\n]* step_time_ms (" + _NUM_B + rb")\n")
 """In such a run: rank 0's step_time_ms, one per rank-0 line (quiet lines hold no "[rank ")."""
 _DIGITS_B = re.compile(rb"\d+")
+_ITER1_B = re.compile(rb"\] iteration (\d+)/")
+"""In such a run: each canonical line's iteration (one "] iteration " per line, none in quiet lines)."""
 _STEP_HEAD, _STEP_MAX, _STEP_DROP = 20, 2000, 1000
 """``step_ms`` keeps its first 20 entries; past 2,000 entries, entries [20:1020] are dropped."""
 _GAPS_KEEP = 200
@@ -465,6 +469,17 @@ def _gaps(records: list[tuple[int, bytes]], prev: datetime | None = None) -> tup
     return gaps, prev, raw
 
 
+def _evict(cache: dict[Any, Any], per_chunk: Any, keep: int = 2) -> None:
+    """Drop the oldest entries of ``cache`` for which ``per_chunk(key)`` (a head's bound, new each
+    chunk) beyond the newest ``keep``; entries that last across chunks stay (a few rank sets)."""
+    old = [k for k in cache if per_chunk(k)][:-keep]
+    for k in old:
+        del cache[k]
+    if len(cache) > 16:  # rank sets that came and went
+        for k in list(cache)[:-16]:
+            del cache[k]
+
+
 class ChunkScanner:
     """Picks, in one pass over a buffer of whole lines, the lines the detect stage must look at.
 
@@ -488,7 +503,6 @@ class ChunkScanner:
         self.gate: Any
         self.lines_gate: Any
         self.demo_run: Any
-        self._run_any: Any
         self._run_quiet: Any
         try:
             import re2
@@ -503,19 +517,20 @@ class ChunkScanner:
             self.gate = re.compile(alt)
             self.lines_gate = re.compile(alt + b"|" + tracker if lits else tracker)
             self.demo_run = _DEMO_RUN
-        self._run_any = self._compile_run(_NAT_B, _NAT_B)
         self._run_quiet = self._compile_run(None, None)
         self._heads: dict[bytes, Any] = {}
+        """Compiled head patterns (``_head_pattern``), a few, oldest dropped first."""
         self._sets: dict[tuple[bytes | None, bytes | None], Any] = {}
-        """Compiled RE2 Sets (``_set_ok``), a few, oldest dropped first."""
-        """Compiled head patterns (``_head_pattern``), a few, newest last."""
+        """Compiled RE2 Sets (``_set_ok``): the window's and a few heads'."""
         self._window = _WINDOW_MIN
         """Tail bytes the last bulk summary needed (where the next one starts looking)."""
         self.summarised = 0
         """Lines fed through the summary path (``_summarise``), for tests and benchmarks."""
         self.bulk_bytes = 0
         """Bytes of runs fed through the bulk path (``_bulk``), for tests and benchmarks."""
-        self._whole_tries = self._whole_misses = 0
+        self._whole_tries = 0
+        self._whole_misses: dict[int, int] = {}
+        """id(tracker) → chunks in a row whose rest was not one run (``_whole_hint``). Speed only."""
 
     def _compile_run(self, rank: bytes | None, it: bytes | None) -> Any:
         """``_run_pattern`` compiled (RE2, one byte per character), for ``fullmatch(data, pos, endpos)``."""
@@ -614,7 +629,7 @@ class ChunkScanner:
                 yield n, text
             return
         start = 0
-        if self._whole_hint():  # first the chunk as one run, after its leading gated lines (a marker)
+        if len(data) >= 2 * _BULK_MIN and self._whole_hint(t):  # the chunk as one run, after its leading gated lines
             start = self._lead(data)
             if start:
                 yield from self._feed_gated(t, data[:start], first_line_no, now)
@@ -704,11 +719,12 @@ class ChunkScanner:
         if batch:
             t.feed_progress(batch, now)
 
-    def _whole_hint(self) -> bool:
-        """Whether to try the whole chunk as one run first (``_bulk(whole=True)``): yes unless the
-        last two tries found a gate literal or an odd line (then once every 16 chunks). Speed only."""
+    def _whole_hint(self, t: AttemptTracker) -> bool:
+        """Whether to try the chunk as one run first (``_bulk(whole=True)``): yes unless the last two
+        tries for this tracker found a gate literal or an odd line (then once every 16 chunks). A
+        miss costs one RE2 pass; the answer changes only the speed."""
         self._whole_tries += 1
-        return self._whole_misses < 2 or self._whole_tries % 16 == 0
+        return self._whole_misses.get(id(t), 0) < 2 or self._whole_tries % 16 == 0
 
     def _bulk(self, t: AttemptTracker, data: bytes, a: int, b: int, now: float, whole: bool = False) -> bool:
         """``feed`` on every line of ``data[a:b]`` (whole lines, none the gate hits) with RE2 passes
@@ -722,11 +738,14 @@ class ChunkScanner:
         (``_RANK0_STEP_B``, every line: ``_extend_steps`` keeps what ``feed`` keeps).
 
         ``whole``: ``data[a:b]`` has not been through the gate; the pass over the head then also
-        proves that it holds no gate literal (one RE2 ``Set`` pass, ``_head_set``), and the window
-        is searched for them, so the run is a run of lines ``feed`` would see."""
+        proves that it holds no gate literal (one RE2 ``Set`` pass, ``_set_ok``), and the window
+        is checked for them the same way, so the run is one the gate would have left whole."""
         if whole:
             ok = self._bulk_checked(t, data, a, b, now, whole)
-            self._whole_misses = 0 if ok else self._whole_misses + 1
+            misses = self._whole_misses
+            if len(misses) > 4096:  # ids of trackers long gone
+                misses.clear()
+            misses[id(t)] = 0 if ok else misses.get(id(t), 0) + 1
             return ok
         return self._bulk_checked(t, data, a, b, now, whole)
 
@@ -791,9 +810,10 @@ class ChunkScanner:
         gaps without the head (``_gaps`` from no stamp) the head's gaps and stamps are gone.
         Canonical lines hold "] iteration N/" once (quiet lines none), so ``find`` locates the first
         line of an iteration, and "[rank R host " once, so ``rfind`` a rank's last line."""
-        if not (self._set_ok(_NAT_B, _NAT_B, data, w, b) if whole else self._run_any.fullmatch(data, w, b)):
+        window_ranks = self._window_ranks(t, data, w, b, whole)
+        if window_ranks is None:
             return None
-        its = _ITER_B.findall(data, w, b)
+        its = _ITER1_B.findall(data, w, b)
         if not its:
             return 0
         peak = -1 if t.last_iteration is None else t.last_iteration
@@ -827,11 +847,40 @@ class ChunkScanner:
                     break
             else:
                 return len(gaps)
-        window_ranks = set(_RANK_B.findall(data, w, b))
         last = {r: self._last_line(data, b"[rank " + r + b" host ", w, b) for r in window_ranks}
         if w > a and not self._head_ok(window_ranks, v, data, a, w, whole):
             return None
         return last, gaps, prev, recs[-1][0] if recs else t.last_iteration, last_ts, b - start
+
+    def _window_ranks(self, t: AttemptTracker, data: bytes, w: int, b: int, whole: bool) -> set[bytes] | None:
+        """The ranks (spellings) of the window ``data[w:b]`` once it is checked canonical-or-quiet
+        (and, when ``whole``, free of gate literals), or None. They are read from its last few lines
+        (``_recent``), the rest of the window being checked to hold no other rank; else from all."""
+        u = data.rfind(b"\n", w, b - self._recent(t)) + 1 if b - self._recent(t) > w else w
+        if not self._valid(_NAT_B, data, max(u, w), b, whole):
+            return None
+        ranks = set(_RANK_B.findall(data, max(u, w), b))
+        if u <= w or (len(ranks) <= 4096 and self._valid(_rank_set(ranks), data, w, u, whole)):
+            return ranks
+        if not self._valid(_NAT_B, data, w, u, whole):  # a rank of the window's start is not in its last lines
+            return None
+        return ranks | set(_RANK_B.findall(data, w, u))
+
+    @staticmethod
+    def _recent(t: AttemptTracker) -> int:
+        """Bytes at the end of a window whose ranks are likely all of the window's: a few lines per
+        rank the tracker knows (at least 64 KiB)."""
+        return max(_WINDOW_MIN, 512 * len(t.last_by_rank))
+
+    def _valid(self, rank_re: bytes, data: bytes, a: int, b: int, whole: bool) -> bool:
+        """Whether ``data[a:b]`` is canonical lines with ranks ~ ``rank_re`` (any iteration) and quiet
+        lines (and, when ``whole``, holds no gate literal)."""
+        if whole:
+            return self._set_ok(rank_re, _NAT_B, data, a, b)
+        rx = self._heads.get(rank_re + b" " + _NAT_B)
+        if rx is None:
+            rx = self._head_pattern_compile(rank_re, _NAT_B)
+        return rx.fullmatch(data, a, b) is not None
 
     @staticmethod
     def _stamps(data: bytes, recs: list[tuple[int, bytes]], w: int, b: int) -> tuple[list[tuple[int, bytes]], int]:
@@ -880,9 +929,8 @@ class ChunkScanner:
             st.Add(rb"(?s).*(?:" + self._gate_alt + rb").*")  # 0: some gate literal
             st.Add(_run_pattern(rank_re, it_re))  # 1: canonical and quiet lines
             st.Compile()
-            if len(self._sets) >= 3:  # the window's, and a head's or two (a head's bound changes per chunk)
-                del self._sets[next(k for k in self._sets if k != (_NAT_B, _NAT_B))]
             self._sets[key] = st
+            _evict(self._sets, lambda k: k[1] != _NAT_B)
         return bool(st.Match(memoryview(data)[a:w]) == [1])
 
     def _head_pattern(self, ranks: set[bytes], v: bytes | None) -> Any:
@@ -891,13 +939,12 @@ class ChunkScanner:
         if v is None:
             return self._run_quiet
         rank_re, it_re = _rank_set(ranks), _at_most(v)
-        key = rank_re + b" " + it_re
-        got = self._heads.get(key)
-        if got is None:
-            got = self._compile_run(rank_re, it_re)
-            if len(self._heads) >= 3:
-                del self._heads[next(iter(self._heads))]
-            self._heads[key] = got
+        return self._heads.get(rank_re + b" " + it_re) or self._head_pattern_compile(rank_re, it_re)
+
+    def _head_pattern_compile(self, rank_re: bytes, it_re: bytes) -> Any:
+        """``_compile_run(rank_re, it_re)``, kept in ``_heads``."""
+        got = self._heads[rank_re + b" " + it_re] = self._compile_run(rank_re, it_re)
+        _evict(self._heads, lambda k: not k.endswith(b" " + _NAT_B))
         return got
 
     def _summarise(self, t: AttemptTracker, run: bytes, now: float) -> bool:

@@ -490,12 +490,14 @@ def test_small_chunks_go_through_the_bulk_path_without_a_head(tmp_path):
     assert _per_line(chunks, tmp_path / "a.log") == b
 
 
-@pytest.mark.parametrize("where", ["head", "window"])
+@pytest.mark.parametrize("where", ["head", "window", "window_start"])
 def test_a_rank_that_stopped_printing_keeps_its_last_line(where, tmp_path):
     """Rank 9 prints once, early (in the head: the head check refuses the run, which takes another
-    path) or late (in the window): either way its line is the one ``last_by_rank`` keeps."""
+    path), late (in the window's last lines, which give its ranks) or at the start of the window
+    (the check that the rest of the window has no other rank fails: its ranks are read from all of
+    it): either way its line is the one ``last_by_rank`` keeps."""
     lines = _busy_log(n=20_000, ranks=8).decode().split("\n")
-    at = 100 if where == "head" else len(lines) - 50
+    at = {"head": 100, "window": len(lines) - 50, "window_start": len(lines) - 1000}[where]
     lines.insert(at, lines[at].split(" [rank ")[0] + " [rank 9 host m1] iteration 1/100000 | loss 0.5 | "
                  "compute_ms 9.9 | step_time_ms 20.0")
     data = "\n".join(lines).encode()
@@ -503,3 +505,4 @@ def test_a_rank_that_stopped_printing_keeps_its_last_line(where, tmp_path):
     b = _chunked([data], tmp_path / "b.log", sc)
     assert _per_line([data], tmp_path / "a.log") == b
     assert b[1]["last_by_rank"]["rank 9"] == lines[at]
+    assert (sc.bulk_bytes > 0) == (where != "head")
