@@ -506,3 +506,18 @@ def test_a_rank_that_stopped_printing_keeps_its_last_line(where, tmp_path):
     assert _per_line([data], tmp_path / "a.log") == b
     assert b[1]["last_by_rank"]["rank 9"] == lines[at]
     assert (sc.bulk_bytes > 0) == (where != "head")
+
+
+def test_root_lines_near_the_start_and_in_the_middle_are_yielded_with_their_numbers(tmp_path):
+    """The chunk's leading gated lines (marker, a root line) go through the gate, the rest is tried
+    as one run; a root line further on makes that try fail and the gate take the rest: both root
+    lines come out, numbered as on the per-line path."""
+    lines = _bench_like(30_000).decode().split("\n")
+    lines.insert(2, "[rank1]: RuntimeError: CUDA error: unknown error")
+    lines.insert(20_000, "[rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")
+    data = "\n".join(lines).encode()
+    sc = ChunkScanner()
+    b = _chunked([data], tmp_path / "b.log", sc)
+    a = _per_line([data], tmp_path / "a.log")
+    assert a == b and [h[0] for h in b[0]] == [3, 20_001]
+    assert sc.bulk_bytes > len(data) // 2  # the stretches around the second root line, in bulk
