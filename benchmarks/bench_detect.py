@@ -2,10 +2,15 @@
 
 Writes a generated multi-rank log (progress lines, NCCL INFO chatter, a few warnings) to a temp
 file and runs the monitor's path over it: ``Follower.read_chunk`` (8 MiB reads), the chunk scan
-(``worker.detect.ChunkScanner.feed``: the catalog's literal gate over the whole buffer, ``root_hit``
-only for lines with a literal, runs of demo-format progress lines matched by one bytes regex and
-fed in bulk to ``AttemptTracker.feed_progress``, ``AttemptTracker.feed`` for the other lines). Then times
-``LC_ALL=C grep -c -F -f <the catalog's prefilter literals>`` over the same file. Prints
+(``worker.detect.ChunkScanner.feed``) and ``root_hit`` on each line it yields (as ``Monitor._follow``).
+The chunk scan gates each buffer with the catalog's multi-pattern matcher (one RE2 alternation of
+the literals that can open an incident, plus the tracker's own: attempt marker, checkpoint,
+profile lines); the lines it hits go one by one through ``AttemptTracker.feed``; the stretches
+between them are fed in bulk (``ChunkScanner._bulk``: RE2 passes prove every line a demo progress
+line or one ``feed`` ignores, and Python reads only the stretch's tail). A chunk whose first line is
+the attempt marker and the rest such a stretch (all but the first here) takes one RE2 ``Set`` pass
+for both the gate and that proof. Then times ``LC_ALL=C grep -c -F -f <ALL the catalog's prefilter
+literals>`` over the same file. Prints
 
     BENCH detect lines_per_s=<x> mb_per_s=<y> grep_mb_per_s=<z> ratio=<y/z> cpu_ratio=<c> lines=<n> load=<l>
 

@@ -5,15 +5,19 @@ numbers, same tracker state, whatever the chunk boundaries."""
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import asdict
 from datetime import UTC
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from revive.logline import LINE_CAP
 from revive.progress import parse_attempt, parse_checkpoint, parse_progress
 from revive.tail import Follower
+from worker import detect
 from worker.detect import (
     MAX_STEP_INTERVAL_S,
     PROFILE_BAR,
@@ -263,14 +267,15 @@ def _busy_log(n: int = 6000, ranks: int = 16, first_rank: int = 0, tail=None, nc
 
 @pytest.mark.parametrize("pieces", [1, 5])
 def test_a_busy_log_is_summarised_with_the_per_line_result(pieces, tmp_path):
-    """The NCCL chatter between progress lines does not split the run: the whole stretch is
-    summarised (no Python per line) and the tracker ends exactly as the per-line path leaves it:
-    rank 0's step times in order (trimmed past 2,000), the step intervals, last line per rank."""
+    """The NCCL chatter between progress lines (no root literal: not even gated) does not split the
+    run: the whole stretch goes through the bulk path (Python only on its tail) and the tracker
+    ends exactly as the per-line path leaves it: rank 0's step times in order (trimmed past
+    2,000), the step intervals, last line per rank."""
     data = _busy_log(n=12_000, ranks=4)
     chunks = _split(data, random.Random(pieces)) if pieces > 1 else [data]
     sc = ChunkScanner()
     b = _chunked(chunks, tmp_path / "b.log", sc)
-    assert sc.summarised > 10_000
+    assert sc.bulk_bytes > len(data) // 2
     a = _per_line(chunks, tmp_path / "a.log")
     assert a == b
     assert 1000 < len(b[1]["step_ms"]) <= 2000 and len(b[1]["last_by_rank"]) == 4  # trimmed once
@@ -299,7 +304,7 @@ def test_runs_the_summary_is_not_exact_for_take_the_per_line_loop(case, tmp_path
     a = _per_line([data], tmp_path / "a.log")
     assert a == b
     if case != "iterations_going_back":  # going back is exact in the summary too
-        assert sc.summarised < 6000  # the run with the odd line went line by line
+        assert sc.summarised < 6000 and sc.bulk_bytes == 0  # the run with the odd line went line by line
 
 
 def test_an_ill_formed_step_time_raises_as_the_per_line_path_does(tmp_path):
@@ -314,10 +319,205 @@ def test_a_stamp_that_is_not_a_date_counts_as_no_stamp_on_every_path(tmp_path):
     """Month 13 matches the stamp pattern but is no date: no step interval from that line, and
     ``last_progress_ts`` None, whether the line went per line, through feed_progress or the summary."""
     bad = b"2026-13-29T00:00:09+00:00 [rank 0 host n0] iteration 999999/100000 | loss 0.5 | step_time_ms 20.0\n"
-    for data in (_busy_log(n=200, ranks=2) + bad,  # small: feed_progress
-                 _busy_log(n=3000, ranks=2) + bad + _busy_log(n=3000, ranks=2).split(b"\n", 1)[1]):
-        sc = ChunkScanner()
-        b = _chunked([data], tmp_path / "b.log", sc)
-        a = _per_line([data], tmp_path / "a.log")
-        assert a == b
-    assert b[1]["last_iteration"] == 999999 and sc.summarised > 0
+    canonical = bad.replace(b"| step_time_ms", b"| compute_ms 9.9 | step_time_ms")  # the bulk path's format
+    for line in (bad, canonical):
+        for data in (_busy_log(n=200, ranks=2) + line,  # small: feed_progress
+                     _busy_log(n=3000, ranks=2) + line + _busy_log(n=3000, ranks=2).split(b"\n", 1)[1],
+                     _busy_log(n=3000, ranks=2) + line):  # the last record: the bulk path's window
+            sc = ChunkScanner()
+            b = _chunked([data], tmp_path / "b.log", sc)
+            a = _per_line([data], tmp_path / "a.log")
+            assert a == b
+            assert b[1]["last_iteration"] == 999999
+    assert b[1]["last_progress_ts"] is None and sc.bulk_bytes > 0
+
+
+# ----------------------------------------------------------------------------- the bulk (tail) path
+def _compiled(pattern: bytes):
+    re2 = pytest.importorskip("re2")
+    opts = re2.Options()
+    opts.encoding = re2.Options.Encoding.LATIN1
+    return re2.compile(pattern, options=opts), re.compile(pattern)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(list(b"itera[nk \xff\rx")), max_size=24).map(bytes))
+def test_the_quiet_line_pattern_is_exactly_no_itera_and_no_rank(line):
+    """``_QUIET_LINE_B`` (built from the two words' automaton) accepts a line iff it holds neither
+    "itera" nor "[rank " — in RE2 (one byte per character) and in ``re`` alike."""
+    want = b"itera" not in line and b"[rank " not in line
+    for rx in _compiled(detect._QUIET_LINE_B):
+        assert (rx.fullmatch(line + b"\n") is not None) == want
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 10**7), st.integers(0, 10**7), st.booleans())
+def test_at_most_is_the_numeric_order(v, x, zero):
+    spelled = (b"0" if zero else b"") + b"%d" % x  # a leading zero never matches (not canonical)
+    for rx in _compiled(detect._at_most(b"%d" % v)):
+        assert (rx.fullmatch(spelled) is not None) == (x <= v and (not zero or spelled == b"00"[:1]))
+
+
+@pytest.mark.parametrize("ranks", [{b"0"}, {b"0", b"1", b"2"}, {b"0", b"2", b"10"}, {b"%d" % i for i in range(100)}])
+def test_rank_set_spells_exactly_the_ranks(ranks):
+    for rx in _compiled(detect._rank_set(ranks)):
+        assert {b"%d" % i for i in range(200) if rx.fullmatch(b"%d" % i)} == ranks
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 2000), st.integers(0, 6000))
+def test_extend_steps_equals_appending_one_by_one(n0, k):
+    ref: list[float] = []
+    for i in range(n0):  # a list as feed leaves it
+        ref.append(float(i))
+        if len(ref) > 2000:
+            del ref[20:1020]
+    got = list(ref)
+    new = [b"%d.5" % (n0 + i) for i in range(k)]
+    for x in new:
+        ref.append(float(x))
+        if len(ref) > 2000:
+            del ref[20:1020]
+    detect._extend_steps(got, new)
+    assert got == ref
+
+
+def _bench_like(n: int, ranks: int = 64, nccl_every: int = 50) -> bytes:
+    """benchmarks/bench_detect.py's log: 64 ranks, NCCL INFO chatter every 50th line, a warning."""
+    out = ["=== attempt restart=0 2026-11-29T00:00:00+00:00"]
+    for i in range(n):
+        r = i % ranks
+        t = f"2026-11-29T{i // 360000 % 24:02d}:{i // 6000 % 60:02d}:{i // 100 % 60:02d}.{i % 100:02d}0+00:00"
+        if i % nccl_every == 7:
+            out.append(f"gpu-node-{r:03d}:4429:4429 [{r % 8}] NCCL INFO Channel 06/0 : {r}[{r % 8}] -> {r + 1} via P2P/IPC")
+        elif i % 997 == 3:
+            out.append("[W socket.cpp:601] [c10d] The client socket has failed to connect to [gpu-node-037]:22456 "
+                       "(errno: 22 - Invalid argument).")
+        else:
+            out.append(f"{t} [rank {r} host node{r // 8}] iteration {i // ranks}/100000 | loss 0.5 | "
+                       f"compute_ms 9.9 | step_time_ms {20 + i % 13 / 10:.1f}")
+    return ("\n".join(out) + "\n").encode()
+
+
+@pytest.mark.parametrize("pieces", [1, 3])
+def test_the_bench_log_goes_through_the_bulk_path_with_the_per_line_result(pieces, tmp_path):
+    data = _bench_like(60_000)
+    chunks = _split(data, random.Random(pieces))[:pieces] if pieces > 1 else [data]
+    if pieces > 1:
+        chunks[-1] = data[sum(map(len, chunks[:-1])):]
+    sc = ChunkScanner()
+    b = _chunked(chunks, tmp_path / "b.log", sc)
+    assert sc.bulk_bytes > len(data) * 3 // 4  # as one run per chunk (after the marker)
+    a = _per_line(chunks, tmp_path / "a.log")
+    assert a == b and not b[0]
+    assert len(b[1]["step_intervals"]) == 200 and len(b[1]["last_by_rank"]) == 64
+
+
+def test_the_gate_passes_over_lines_that_cannot_open_an_incident():
+    """Only lines with a root literal (or one a resolver may make root: Xid) are yielded; the NCCL
+    INFO chatter (a benign signature's literal) and the c10d warning are not."""
+    from revive.signatures.matcher import default_matcher
+
+    lits = set(detect.root_literals())
+    assert "NCCL INFO" not in lits
+    assert all(lit in lits for s in default_matcher().signatures if s.resolver for lit in s.prefilter)
+    lines = [b"gpu-node-001:1:1 [0] NCCL INFO Channel 06/0 : 1[1] -> 2 via P2P/IPC",
+             b"[W socket.cpp:601] [c10d] The client socket has failed to connect",
+             b"[rank1]: RuntimeError: CUDA error: unknown error",
+             b"Nov 29 00:00:01 node2 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus."]
+    data = b"\n".join(lines) + b"\n"
+    got = [n for n, _ in ChunkScanner().feed(AttemptTracker(), data, 1, 0.0)]
+    assert got == [3, 4]
+    assert [i + 1 for i, x in enumerate(lines) if root_hit(i + 1, x.decode())] == [3, 4]
+
+
+_ODD = ("leading_zero_rank", "iteration_back", "tail", "quiet_rank", "quiet_itera", "crlf", "non_ascii", "root",
+        "marker", "checkpoint", "long", "month_13", "naive", "no_compute", "nul", "megatron", "profile", "tab")
+
+
+def _odd_line(kind: str, i: int, rnd: random.Random) -> str:
+    stamp = f"2026-11-29T01:{i // 600 % 60:02d}:{i // 10 % 60:02d}.{i % 10}00+00:00"
+    r = rnd.randrange(8)
+    return {
+        "leading_zero_rank": f"{stamp} [rank 0{r} host n0] iteration {i // 8}/9 | loss 1 | compute_ms 1 | step_time_ms 2",
+        "iteration_back": f"{stamp} [rank {r} host n0] iteration {max(0, i // 8 - 50)}/9 | loss 1 | compute_ms 1 | step_time_ms 2",
+        "tail": f"{stamp} [rank {r} host n0] iteration {i // 8}/9 | loss 1 | compute_ms 1 | step_time_ms 2 | x",
+        "quiet_rank": "[rank 3 host n1] loss scale halved",
+        "quiet_itera": "iterable dataset exhausted",
+        "crlf": f"{stamp} [rank {r} host n0] iteration {i // 8}/9 | loss 1 | compute_ms 1 | step_time_ms 2\r",
+        "non_ascii": "température ok \xff",
+        "root": "[rank1]: RuntimeError: CUDA error: unknown error",
+        "marker": f"=== attempt restart={rnd.randrange(2)} 2026-11-29T00:00:00+00:00",
+        "checkpoint": f"{stamp} [rank 0 host n0] saved checkpoint at iteration {i // 8}",
+        "long": "y" * (LINE_CAP + 10),
+        "month_13": f"2026-13-29T00:00:00+00:00 [rank {r} host n0] iteration {i // 8 + 1}/9 | loss 1 | compute_ms 1 | step_time_ms 2",
+        "naive": f"2026-11-29T01:00:{i % 60:02d} [rank {r} host n0] iteration {i // 8 + 1}/9 | loss 1 | compute_ms 1 | step_time_ms 2",
+        "no_compute": f"{stamp} [rank {r} host n0] iteration {i // 8}/9 | loss 1 | step_time_ms 2",
+        "nul": "x\x00y",
+        "megatron": f" iteration      {i // 8}/     500 | consumed samples: 12 | elapsed time per iteration (ms): 812.3 |",
+        "profile": f"  5%|▌         | {i // 8}/1000 [00:05<00:50,  2.00it/s]",
+        "tab": f"{stamp}\t[rank {r} host n0]\titeration {i // 8}/9 | loss 1 | compute_ms 1 | step_time_ms 2",
+    }[kind]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 2**32), st.integers(1, 12), st.integers(2000, 7000),
+       st.lists(st.tuples(st.sampled_from(_ODD), st.floats(0, 1)), max_size=4), st.integers(1, 4))
+def test_random_busy_logs_the_bulk_path_equals_the_per_line_path(tmp_path_factory, seed, ranks, n, odd, pieces):
+    """Busy logs (demo progress lines of ``ranks`` ranks, NCCL chatter) with a few odd lines
+    anywhere — each a reason for the bulk path to refuse a run, or a line it must see — chunked at
+    random: the same root hits and the same tracker state as every line through feed + root_hit."""
+    rnd = random.Random(seed)
+    base = _busy_log(n=n, ranks=ranks, nccl_every=rnd.choice((7, 40, 10**9))).decode().split("\n")
+    for kind, where in odd:
+        i = 1 + int(where * (len(base) - 2))
+        base.insert(i, _odd_line(kind, i, rnd))
+    data = "\n".join(base).encode()
+    chunks = _split(data, rnd)[:pieces]
+    chunks[-1] = data[sum(map(len, chunks[:-1])):]
+    tmp = tmp_path_factory.mktemp("bulk")
+    assert _per_line(chunks, tmp / "a.log") == _chunked(chunks, tmp / "b.log", ChunkScanner())
+
+
+def test_small_chunks_go_through_the_bulk_path_without_a_head(tmp_path):
+    """A poll's few kilobytes (fewer than 200 records) are one window with no head: its records
+    continue the tracker's own stamps and gaps."""
+    data = _busy_log(n=3000, ranks=8)
+    chunks = [data[i:i + 9000] for i in range(0, len(data), 9000)]
+    sc = ChunkScanner()
+    b = _chunked(chunks, tmp_path / "b.log", sc)
+    assert sc.bulk_bytes > len(data) // 2
+    assert _per_line(chunks, tmp_path / "a.log") == b
+
+
+@pytest.mark.parametrize("where", ["head", "window", "window_start"])
+def test_a_rank_that_stopped_printing_keeps_its_last_line(where, tmp_path):
+    """Rank 9 prints once, early (in the head: the head check refuses the run, which takes another
+    path), late (in the window's last lines, which give its ranks) or at the start of the window
+    (the check that the rest of the window has no other rank fails: its ranks are read from all of
+    it): either way its line is the one ``last_by_rank`` keeps."""
+    lines = _busy_log(n=20_000, ranks=8).decode().split("\n")
+    at = {"head": 100, "window": len(lines) - 50, "window_start": len(lines) - 1000}[where]
+    lines.insert(at, lines[at].split(" [rank ")[0] + " [rank 9 host m1] iteration 1/100000 | loss 0.5 | "
+                 "compute_ms 9.9 | step_time_ms 20.0")
+    data = "\n".join(lines).encode()
+    sc = ChunkScanner()
+    b = _chunked([data], tmp_path / "b.log", sc)
+    assert _per_line([data], tmp_path / "a.log") == b
+    assert b[1]["last_by_rank"]["rank 9"] == lines[at]
+    assert (sc.bulk_bytes > 0) == (where != "head")
+
+
+def test_root_lines_near_the_start_and_in_the_middle_are_yielded_with_their_numbers(tmp_path):
+    """The chunk's leading gated lines (marker, a root line) go through the gate, the rest is tried
+    as one run; a root line further on makes that try fail and the gate take the rest: both root
+    lines come out, numbered as on the per-line path."""
+    lines = _bench_like(30_000).decode().split("\n")
+    lines.insert(2, "[rank1]: RuntimeError: CUDA error: unknown error")
+    lines.insert(20_000, "[rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")
+    data = "\n".join(lines).encode()
+    sc = ChunkScanner()
+    b = _chunked([data], tmp_path / "b.log", sc)
+    a = _per_line([data], tmp_path / "a.log")
+    assert a == b and [h[0] for h in b[0]] == [3, 20_001]
+    assert sc.bulk_bytes > len(data) // 2  # the stretches around the second root line, in bulk
