@@ -127,7 +127,10 @@ class ResumeTracker:
         if ck and ck[0] == "resumed":
             res.resumed_from = ck[1] if res.resumed_from is None else min(res.resumed_from, ck[1])
             return
-        p = parse_progress(line)
+        try:
+            p = parse_progress(line)
+        except ValueError:  # "compute_ms 1.2.3": a garbled line is no progress (verify must not fail on it)
+            return
         if p is None:
             return
         if p.host:

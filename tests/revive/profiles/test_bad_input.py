@@ -43,3 +43,15 @@ def test_revive_progress_parsers_refuse_a_5000_digit_number():
     assert parse_progress(f"2026-01-01T00:00:00Z [rank 0 host a] iteration {BIG}/10") is None
     assert parse_progress(f"iteration {BIG}/10") is None
     assert parse_progress("2026-01-01T00:00:00Z [rank 0 host a] iteration 3/10").iteration == 3
+
+
+def test_verify_reads_past_a_garbled_progress_line():
+    # was: ValueError "could not convert string to float: '1.2.3'" out of ResumeTracker.feed, i.e.
+    # out of the verify activity on every retry: a recovered job could never be verified
+    from revive.progress import find_resume
+
+    res = find_resume(["=== attempt restart=1 2026-01-01T00:00:00Z",
+                       "2026-01-01T00:00:01Z [rank 0 host a] resumed from checkpoint at iteration 10",
+                       "2026-01-01T00:00:02Z [rank 0 host a] iteration 11/100 | compute_ms 1.2.3 | step_time_ms 5",
+                       "2026-01-01T00:00:03Z [rank 0 host a] iteration 12/100 | compute_ms 1 | step_time_ms 5"], 0)
+    assert (res.resumed_from, res.first_after) == (10, 12)
