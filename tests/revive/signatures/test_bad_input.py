@@ -48,3 +48,17 @@ def test_log_int():
     assert log_int("42") == 42 and log_int("007") == 7
     assert log_int(BIG) is None and log_int("") is None and log_int(None) is None
     assert log_int("-1") is None and log_int(" 1") is None and log_int("1_0") is None and log_int("²") is None
+
+
+def test_the_pdsh_prefix_is_linear_on_a_long_word_with_digits():
+    # was: "[\w.-]*\d[\w.-]*" backtracked quadratically: 0.3 s for one 8 KB line of
+    # "a2026-01-01a2026-01-01…" (the engine matches up to 8 KB of each line; a log of them: minutes)
+    import time
+
+    line = ("a2026-01-01" * 800)[:8000] + " RuntimeError: CUDA error: unknown error"
+    t0 = time.perf_counter()
+    for _ in range(5):
+        split_prefix(line)
+    assert time.perf_counter() - t0 < 0.25
+    assert split_prefix("gpu-node-003: RuntimeError: x")[1].extra["pdsh_host"] == "gpu-node-003"
+    assert "pdsh_host" not in split_prefix("node: RuntimeError: x")[1].extra  # a host needs a digit
