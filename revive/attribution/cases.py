@@ -208,7 +208,10 @@ def _gpu_metrics(path: Path, notes: list[str]) -> list[GpuSample]:
                     s.node = v or None
                 else:
                     m = _UNIT.match(v)
-                    s.metrics[key] = float(m.group(1)) if m else v
+                    try:
+                        s.metrics[key] = float(m.group(1)) if m else v
+                    except ValueError:  # "1.2.3 %": one garbled cell, not the rest of the file
+                        s.metrics[key] = v
             out.append(s)
     except Exception as exc:  # csv.Error, ValueError
         notes.append(f"{path.name}: unparsable CSV: {exc}"[:300])

@@ -115,3 +115,13 @@ def test_a_log_of_a_million_error_lines_is_matched_in_bounded_time(monkeypatch):
     a = attribute(EvidenceBundle(job_log=text))
     assert a.category.value == "gpu_hardware" and a.root_event is not None and a.root_event.line_no == 1
     assert "were not matched" in a.explanation
+
+
+def test_one_garbled_gpu_metrics_cell_keeps_the_other_samples(tmp_path):
+    # was: float("1.2.3") raised out of the row loop: every sample after it was dropped
+    (tmp_path / "job.log").write_text("x\n")
+    (tmp_path / "gpu_metrics.csv").write_text(
+        "timestamp, index, utilization.gpu [%]\n2026/11/29 15:04:00.000, 0, 97 %\n"
+        "2026/11/29 15:04:01.000, 0, 1.2.3 %\n2026/11/29 15:04:02.000, 1, 99 %\n")
+    b = load_case(tmp_path)
+    assert [s.metrics["utilization.gpu"] for s in b.gpu_metrics] == [97.0, "1.2.3 %", 99.0], b.notes
