@@ -333,7 +333,10 @@ def _collect_kernel(ctx: _Ctx) -> None:
             if meta.ts_kind == "syslog" and ts is not None:
                 ts = _roll_year(ts, ctx)
             if syslog_known_zone and ts is not None and off is not None:
-                ts = ts - timedelta(seconds=off)  # the stamp is the node's local time
+                try:
+                    ts = ts - timedelta(seconds=off)  # the stamp is the node's local time
+                except OverflowError:  # Jan 1 of year 1, or an offset of centuries: keep the stamp
+                    pass
             host = meta.host
             if host is None and meta.extra.get("pdsh_host") in nodes:
                 host = meta.extra["pdsh_host"]  # "gpu-node-3: kern: warning: ..." (pdsh/clush dmesg)

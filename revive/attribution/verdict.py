@@ -802,7 +802,8 @@ def _decide(ctx: _Ctx) -> Attribution:
             # exact stamps: allow 10 s of clock skew between nodes (NTP keeps them well under that;
             # syslog has 1 s resolution)
             slack = timedelta(seconds=10) if e.ts_exact else timedelta(hours=26)
-            return e.kernel and e.ts is not None and e.ts < attempt_start - slack
+            # (a difference, not attempt_start - slack: that overflows for a stamp of 0001-01-01)
+            return e.kernel and e.ts is not None and attempt_start - e.ts > slack
         ctx.events = [e for e in ctx.events if not _old(e)]
 
     node_notes: list[str] = []

@@ -125,3 +125,19 @@ def test_one_garbled_gpu_metrics_cell_keeps_the_other_samples(tmp_path):
         "2026/11/29 15:04:01.000, 0, 1.2.3 %\n2026/11/29 15:04:02.000, 1, 99 %\n")
     b = load_case(tmp_path)
     assert [s.metrics["utilization.gpu"] for s in b.gpu_metrics] == [97.0, "1.2.3 %", 99.0], b.notes
+
+
+@pytest.mark.parametrize("stamp, syslog, offset", [("0001-01-01T00:00:00Z", "Jan  1 00:00:05", 0),
+                                                   ("2026-06-01T00:00:00Z", "Jun  1 00:00:05", 10**15)])
+def test_stamps_and_offsets_at_the_calendars_edge_are_no_crash(stamp, syslog, offset):
+    # was: OverflowError "date value out of range" from attempt_start - 26 h (an attempt marker
+    # stamped 0001-01-01) and from a syslog stamp shifted by kernel_log_utc_offset_s
+    from datetime import datetime
+
+    from revive.models import EvidenceBundle, Trigger
+
+    b = EvidenceBundle(job_log=f"=== attempt restart=0 {stamp}\n{stamp} iteration 1/10 | step_time_ms 20\n",
+                       kernel_logs={"n1": [f"{syslog} n1 kernel: " + XID79]}, kernel_log_utc_offset_s=offset,
+                       trigger=Trigger(kind="log_signature", at=datetime.fromisoformat(stamp), text="x"))
+    a = attribute(b)
+    assert a.category.value == "gpu_hardware", a.explanation
