@@ -384,12 +384,19 @@ def classify(
     """Attribute failure logs offline (case folder: job.log, dmesg*.log, slurm.json, gpu_metrics.csv)."""
     from revive.attribution.cases import load_case
     from revive.attribution.engine import attribute
+    from revive.attribution.fallback import unknown_attribution
 
     t = Table("path", "category", "domain", "culprit nodes", "ranks", "action", "conf", "root event")
     for p in paths:
         if not p.exists():
             raise Fail(f"{p}: no such file or folder", 2)
-        a = attribute(load_case(p))
+        if not (p.is_file() or p.is_dir()):  # a FIFO, a device (/dev/zero): nothing to classify
+            raise Fail(f"{p}: not a regular file or folder", 2)
+        bundle = load_case(p)
+        try:
+            a = attribute(bundle)
+        except Exception as e:  # noqa: BLE001 - as the attribute activity: a recorded unknown, never a crash
+            a = unknown_attribution(bundle, f"{type(e).__name__}: {e}")
         if as_json:
             sys.stdout.write(json.dumps({"path": str(p), **a.model_dump(mode="json")}) + "\n")
         else:
@@ -620,7 +627,7 @@ def progress_check(
     from revive.profiles import report
 
     if not log.is_file():
-        raise Fail(f"{log}: no such file", 2)
+        raise Fail(f"{log}: {'not a regular file' if log.exists() else 'no such file'}", 2)
     try:
         with log.open(encoding="utf-8", errors="replace", newline="") as f:  # keep \r: progress bars
             text = report(f, fmt="json" if as_json else "text")
@@ -791,8 +798,18 @@ def backtest(
 def replay(files: list[Path]) -> None:
     """Replay exported incident histories (``temporal workflow show -w ID --output json``) against
     the current workflow code; non-zero exit when any history no longer replays."""
-    from cli.replay import replay_files
+    from cli.replay import HistoryFileError, load_history, replay_files
 
+    bad = []
+    for f in files:  # refused before any replay: the SDK's replayer panics or waits forever on such files
+        try:
+            load_history(f)
+        except HistoryFileError as exc:
+            bad.append(f"{f}: {exc}")
+    if bad:
+        for b in bad[:-1]:
+            _error(b)
+        raise Fail(bad[-1] if len(bad) == 1 else f"{bad[-1]} ({len(bad)} of {len(files)} files are no history)", 2)
     failures = _run(replay_files(files))
     for f, e in failures.items():
         err.print(f"[red]FAIL[/] {_safe(f)}: {_safe(e)}")

@@ -49,3 +49,19 @@ def cap_bytes(raw: bytes, cap: int = LINE_CAP) -> bytes:
 def decode_line(raw: bytes, cap: int = LINE_CAP) -> str:
     """Bytes of one line → text: invalid UTF-8 replaced, NULs and a trailing ``\\r`` dropped, capped."""
     return cap_line(raw.decode("utf-8", errors="replace").replace("\x00", "").rstrip("\r"), cap)
+
+
+MAX_INT_DIGITS = 4000
+"""Longest run of digits ``log_int`` converts (Python refuses ``int()`` of more than 4300 digits)."""
+
+
+def log_int(digits: str | None) -> int | None:
+    """A number printed in a log line (``\\d+`` a regex captured) → int; None when absent, longer
+    than ``MAX_INT_DIGITS`` digits (junk: ``int()`` would raise), or not digits only (no sign,
+    space or ``_``, which ``int()`` would take)."""
+    if not digits or len(digits) > MAX_INT_DIGITS or not digits.isdigit():
+        return None
+    try:
+        return int(digits)
+    except ValueError:
+        return None

@@ -219,6 +219,9 @@ class RecoveryPolicy(_Strict):
     def _prefix_nonempty(cls, v: str) -> str:
         if not v.strip():
             raise ValueError("must not be empty: Revive only lifts drains carrying its own prefix")
+        if len(v) > 64 or any(ord(c) < 32 or 127 <= ord(c) < 160 for c in v):
+            # it starts scontrol's Reason= on every drain: a NUL fails the exec, ESC reaches terminals
+            raise ValueError("must be at most 64 characters and hold no control characters")
         return v
 
     def mode_for(self, partition: str | None) -> Mode:

@@ -16,6 +16,8 @@ import re
 from dataclasses import dataclass
 from datetime import datetime
 
+from revive.logline import log_int
+
 ATTEMPT_RE = re.compile(r"^=== attempt restart=(\d+)(?:\s+(\S+))?")
 PROGRESS_RE = re.compile(
     r"^(?P<ts>\d{4}-\d\d-\d\dT[\d:.]+(?:[+-]\d\d:\d\d|Z)?)\s+\[rank (?P<rank>\d+) host (?P<host>[^\]\s]+)\]\s+"
@@ -53,17 +55,20 @@ def parse_ts(text: str) -> datetime | None:
 def parse_attempt(line: str) -> int | None:
     """``=== attempt restart=N …`` → N."""
     m = ATTEMPT_RE.match(line)
-    return int(m.group(1)) if m else None
+    return log_int(m.group(1)) if m else None
 
 
 def parse_progress(line: str) -> Progress | None:
     """A progress line → ``Progress``; anything else → None."""
     m = PROGRESS_RE.match(line)
     if m:
+        it, total, rank = log_int(m.group("it")), log_int(m.group("total")), log_int(m.group("rank"))
+        if it is None or total is None or rank is None:  # a 5000-digit "iteration" is no progress
+            return None
         return Progress(
-            iteration=int(m.group("it")),
-            total=int(m.group("total")),
-            rank=int(m.group("rank")),
+            iteration=it,
+            total=total,
+            rank=rank,
             host=m.group("host"),
             timestamp=parse_ts(line),
             compute_ms=float(m.group("compute")) if m.group("compute") else None,
@@ -71,8 +76,9 @@ def parse_progress(line: str) -> Progress | None:
         )
     if "iteration" in line and "checkpoint" not in line:
         g = GENERIC_PROGRESS_RE.search(line)
-        if g:
-            return Progress(iteration=int(g.group("it")), total=int(g.group("total")), timestamp=parse_ts(line))
+        it, total = (log_int(g.group("it")), log_int(g.group("total"))) if g else (None, None)
+        if it is not None and total is not None:
+            return Progress(iteration=it, total=total, timestamp=parse_ts(line))
     return None
 
 
@@ -80,8 +86,9 @@ def parse_checkpoint(line: str) -> tuple[str, int] | None:
     """``('saving'|'saved'|'resumed', iteration)`` or None."""
     for kind, rx in (("saved", SAVED_RE), ("saving", SAVING_RE), ("resumed", RESUMED_RE)):
         m = rx.search(line)
-        if m:
-            return kind, int(m.group(1))
+        it = log_int(m.group(1)) if m else None
+        if it is not None:
+            return kind, it
     return None
 
 
@@ -120,7 +127,10 @@ class ResumeTracker:
         if ck and ck[0] == "resumed":
             res.resumed_from = ck[1] if res.resumed_from is None else min(res.resumed_from, ck[1])
             return
-        p = parse_progress(line)
+        try:
+            p = parse_progress(line)
+        except ValueError:  # "compute_ms 1.2.3": a garbled line is no progress (verify must not fail on it)
+            return
         if p is None:
             return
         if p.host:

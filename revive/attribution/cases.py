@@ -29,6 +29,13 @@ from revive.models import EvidenceBundle, GpuSample, JobRecord, Trigger
 MAX_LOG_BYTES = 64 << 20
 
 _NODE_RANGE = re.compile(r"^(?P<prefix>[^\[]*)\[(?P<body>[^\]]+)\](?P<suffix>.*)$")
+_DIGITS = re.compile(r"[0-9]+")
+MAX_NODES = 100000
+"""Largest hostlist range expanded (``gpu-[1-999999]`` names no real allocation: it expands to nothing)."""
+MAX_JSON_BYTES = 2 * MAX_LOG_BYTES
+"""Largest slurm.json / trigger.json / bundle.json read (bundle.json may carry a job log)."""
+_CONTROL_OK = frozenset(b"\x07\x08\x1b")
+"""Control bytes a terminal log carries (BEL ends OSC sequences, BS, ESC starts ANSI colours): not binary."""
 
 
 def expand_nodelist(spec: str | list[str] | None) -> list[str]:
@@ -61,9 +68,11 @@ def expand_nodelist(spec: str | list[str] | None) -> list[str]:
         for item in m.group("body").split(","):
             if "-" in item:
                 a, b = item.split("-", 1)
-                if a.isdigit() and b.isdigit() and int(b) - int(a) < 100000:
-                    w = len(a)
-                    out.extend(f"{m.group('prefix')}{i:0{w}d}{m.group('suffix')}" for i in range(int(a), int(b) + 1))
+                if _DIGITS.fullmatch(a) and _DIGITS.fullmatch(b):
+                    if len(a) <= 9 and len(b) <= 9 and int(b) - int(a) < MAX_NODES:
+                        w = len(a)
+                        out.extend(f"{m.group('prefix')}{i:0{w}d}{m.group('suffix')}" for i in range(int(a), int(b) + 1))
+                    # else: far more nodes than any cluster has; never invent a name from the range
                     continue
             out.append(f"{m.group('prefix')}{item}{m.group('suffix')}")
     return out
@@ -94,7 +103,7 @@ def _read_text(path: Path, notes: list[str]) -> str:
         notes.append(f"{path.name}: {n - len(data)} NUL bytes removed")
     sample = data[:65536]
     if sample:
-        bad = sum(1 for b in sample if b < 9 or 13 < b < 32)
+        bad = sum(1 for b in sample if (b < 9 or 13 < b < 32) and b not in _CONTROL_OK)
         invalid = sample.decode("utf-8", "replace").count("\ufffd")
         if bad > len(sample) * 0.05 or invalid > len(sample) * 0.1:
             notes.append(f"{path.name} looks binary ({bad} control bytes, {invalid} invalid UTF-8 sequences "
@@ -105,6 +114,8 @@ def _read_text(path: Path, notes: list[str]) -> str:
         text = text.replace("\x00", "")
     if "\ufffd" in text:
         notes.append(f"{path.name}: invalid UTF-8 replaced")
+    if "\r" in text:  # CRLF lines end in "\n"; a CR-only log (no "\n" at all) ends its lines in "\r"
+        text = text.replace("\r\n", "\n") if "\n" in text else text.replace("\r", "\n")
     lines = text.split("\n")
     if any(len(line) > MAX_LINE for line in lines):
         notes.append(f"{path.name}: lines longer than {MAX_LINE} characters were capped")
@@ -112,11 +123,39 @@ def _read_text(path: Path, notes: list[str]) -> str:
     return text
 
 
-def _job_record(path: Path, notes: list[str]) -> tuple[JobRecord | None, dict]:
+_MISSING = object()
+
+
+def _read_json(path: Path, notes: list[str]) -> object:
+    """A case's JSON file, or ``_MISSING`` with the reason in ``notes``: regular files only (a FIFO or
+    /dev/zero never ends), at most ``MAX_JSON_BYTES``; lone surrogates (``"\\udcff"``, which UTF-8 and
+    RE2 cannot take) become ``?``."""
     try:
-        raw = json.loads(path.read_text(encoding="utf-8", errors="replace"))
-    except (OSError, ValueError) as exc:
+        st = path.stat()
+        if not stat.S_ISREG(st.st_mode):
+            notes.append(f"{path.name} unreadable: not a regular file")
+            return _MISSING
+        if st.st_size > MAX_JSON_BYTES:
+            notes.append(f"{path.name}: {st.st_size} bytes, over the {MAX_JSON_BYTES}-byte limit; not read")
+            return _MISSING
+        with open(path, "rb") as fh:
+            text = fh.read(MAX_JSON_BYTES).decode("utf-8", "replace")
+    except OSError as exc:
         notes.append(f"{path.name} unreadable: {exc}")
+        return _MISSING
+    try:
+        raw = json.loads(text)
+        if "\\u" in text:
+            raw = json.loads(json.dumps(raw, ensure_ascii=False).encode("utf-8", "replace").decode("utf-8"))
+    except (ValueError, RecursionError) as exc:
+        notes.append(f"{path.name} unreadable: {exc}"[:300])
+        return _MISSING
+    return raw
+
+
+def _job_record(path: Path, notes: list[str]) -> tuple[JobRecord | None, dict]:
+    raw = _read_json(path, notes)
+    if raw is _MISSING:
         return None, {}
     if not isinstance(raw, dict):
         notes.append(f"{path.name}: not a JSON object")
@@ -169,7 +208,10 @@ def _gpu_metrics(path: Path, notes: list[str]) -> list[GpuSample]:
                     s.node = v or None
                 else:
                     m = _UNIT.match(v)
-                    s.metrics[key] = float(m.group(1)) if m else v
+                    try:
+                        s.metrics[key] = float(m.group(1)) if m else v
+                    except ValueError:  # "1.2.3 %": one garbled cell, not the rest of the file
+                        s.metrics[key] = v
             out.append(s)
     except Exception as exc:  # csv.Error, ValueError
         notes.append(f"{path.name}: unparsable CSV: {exc}"[:300])
@@ -209,9 +251,7 @@ def load_case(path: Path | str) -> EvidenceBundle:
         raw: dict = {}
         sj = p / "slurm.json"
         if sj.exists():
-            job, raw = _job_record(sj, notes) if sj.is_file() else (None, {})
-            if not sj.is_file():
-                notes.append("slurm.json unreadable: not a regular file")
+            job, raw = _job_record(sj, notes)
         job_log = ""
         jl = p / "job.log"
         if jl.exists():
@@ -232,15 +272,19 @@ def load_case(path: Path | str) -> EvidenceBundle:
                                 node_states={str(k): str(v) for k, v in (raw.get("node_states") or {}).items()}
                                 if isinstance(raw.get("node_states"), dict) else {})
         tj = p / "trigger.json"
-        if tj.is_file():
+        if tj.exists():
+            traw = _read_json(tj, bundle.notes)  # the bundle holds its own copy of the notes
             try:
-                bundle.trigger = Trigger.model_validate_json(tj.read_text(encoding="utf-8"))
+                if traw is not _MISSING:
+                    bundle.trigger = Trigger.model_validate(traw)
             except Exception as exc:
-                bundle.notes.append(f"trigger.json invalid: {exc}"[:300])  # the bundle holds its own copy
+                bundle.notes.append(f"trigger.json invalid: {exc}"[:300])
         bj = p / "bundle.json"
-        if bj.is_file():
+        extra = _read_json(bj, bundle.notes) if bj.exists() else _MISSING
+        if extra is not _MISSING:
             try:
-                extra = json.loads(bj.read_text(encoding="utf-8"))
+                if not isinstance(extra, dict):
+                    raise ValueError(f"not a JSON object ({type(extra).__name__})")
                 merged = bundle.model_dump()
                 merged.update(extra)
                 bundle = EvidenceBundle.model_validate(merged)

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 from revive.attribution.timestamps import _parse_ts, _roll_year
 from revive.logline import LINE_CAP as MAX_TEXT
-from revive.logline import cap_line, match_window
+from revive.logline import cap_line, log_int, match_window
 from revive.models import (
     Action,
     Category,
@@ -22,6 +22,10 @@ from revive.signatures.matcher import Matcher, SignatureMatch, split_prefix
 
 MAX_CASCADES = 25
 MAX_PROGRESS = 5000
+MAX_SIGNATURE_LINES = 20000
+"""Signature lines matched per log (the first three quarters and the last quarter of them): a log
+that repeats one error a million times says nothing new after the first thousands, and matching
+each line costs ~0.1 ms (a 64 MiB log of errors would take minutes and gigabytes)."""
 
 _ATTEMPT = "=== attempt restart="
 MAX_PREV_ATTEMPT_LINES = 2000
@@ -209,7 +213,8 @@ def _collect_job_log(ctx: _Ctx) -> None:
     for i in range(ctx.tail_start, end):
         if prog(lines[i][:MAX_TEXT]):
             keep.add(i)
-    todo = sorted({i for i in sig_hits if start <= i < end} | keep)
+    sig_hits = _cap_hits(ctx, {i for i in sig_hits if start <= i < end}, b.job_log_source)
+    todo = sorted(sig_hits | keep)
     for i in todo:
         ctx.seq = i
         raw = lines[i]
@@ -231,7 +236,7 @@ def _collect_job_log(ctx: _Ctx) -> None:
                 r = _TB_RANK.match(lines[j])
                 h = _TB_HOST.match(lines[j])
                 if r:
-                    tb_rank = int(r.group("rank"))
+                    tb_rank = log_int(r.group("rank"))
                 if h:
                     tb_host = h.group("host")
             tb_node = _norm_host(tb_host, nodes)
@@ -250,10 +255,10 @@ def _collect_job_log(ctx: _Ctx) -> None:
         for sm in (matcher.match(line) if i in sig_hits else ()):
             rank = meta.rank
             if rank is None and sm.id == "host.killed" and sm.fields.get("task", "").isdigit():
-                rank = int(sm.fields["task"])
+                rank = log_int(sm.fields["task"])
             host = meta.host or sm.fields.get("host")
             if rank is None and sm.fields.get("rank", "").isdigit():
-                rank = int(sm.fields["rank"])
+                rank = log_int(sm.fields["rank"])
             if i <= tb_until:
                 rank = tb_rank if rank is None else rank
                 host = host or tb_host
@@ -271,13 +276,28 @@ def _collect_job_log(ctx: _Ctx) -> None:
                 ctx.uuid_by_pci[g.group("pci").lower()] = g.group("uuid")
 
 
+def _cap_hits(ctx: _Ctx, hits: set[int], source: str) -> set[int]:
+    """``hits`` (line indices), or only the first and last of them when there are more than
+    ``MAX_SIGNATURE_LINES`` (a note says which were skipped)."""
+    if len(hits) <= MAX_SIGNATURE_LINES:
+        return hits
+    order = sorted(hits)
+    head = MAX_SIGNATURE_LINES * 3 // 4
+    tail = MAX_SIGNATURE_LINES - head
+    skipped = order[head:-tail]
+    ctx.notes.append(f"{source}: {len(order)} lines with a signature literal; lines {skipped[0] + 1}-"
+                     f"{skipped[-1] + 1} ({len(skipped)} of them) were not matched, only the first {head} "
+                     f"and the last {tail}")
+    return set(order[:head]) | set(order[-tail:])
+
+
 def _task_ranks(spec: str) -> list[int]:
     """srun's ``tasks 0-7,16`` → [0..7, 16] (global ranks of the tasks on that host)."""
     out: list[int] = []
     for part in spec.split(","):
         a, _, b = part.partition("-")
-        if a.isdigit() and (not b or b.isdigit()):
-            lo, hi = int(a), int(b or a)
+        lo, hi = log_int(a), log_int(b or a)
+        if lo is not None and hi is not None:
             if 0 <= hi - lo < 4096:
                 out.extend(range(lo, hi + 1))
     return out
@@ -290,6 +310,10 @@ def _collect_kernel(ctx: _Ctx) -> None:
     default_node = nodes[0] if nodes else None
     for key, lines in b.kernel_logs.items():
         src = f"kern.log:{key}" if key else "kern.log"
+        kept: set[int] | None = None
+        if len(lines) > MAX_SIGNATURE_LINES:
+            gated = {n for n, raw in enumerate(lines, 1) if raw and ctx.matcher.gate(match_window(raw))}
+            kept = _cap_hits(ctx, gated, src)
         for n, raw in enumerate(lines, 1):
             if not raw:
                 continue
@@ -298,6 +322,8 @@ def _collect_kernel(ctx: _Ctx) -> None:
                 g = _GPU_UUID.search(line)
                 if g:
                     ctx.uuid_by_pci[g.group("pci").lower()] = g.group("uuid")
+            if kept is not None and n not in kept:
+                continue
             if not ctx.matcher.gate(line):
                 continue
             body, meta = split_prefix(line)
@@ -307,7 +333,10 @@ def _collect_kernel(ctx: _Ctx) -> None:
             if meta.ts_kind == "syslog" and ts is not None:
                 ts = _roll_year(ts, ctx)
             if syslog_known_zone and ts is not None and off is not None:
-                ts = ts - timedelta(seconds=off)  # the stamp is the node's local time
+                try:
+                    ts = ts - timedelta(seconds=off)  # the stamp is the node's local time
+                except OverflowError:  # Jan 1 of year 1, or an offset of centuries: keep the stamp
+                    pass
             host = meta.host
             if host is None and meta.extra.get("pdsh_host") in nodes:
                 host = meta.extra["pdsh_host"]  # "gpu-node-3: kern: warning: ..." (pdsh/clush dmesg)

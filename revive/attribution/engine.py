@@ -50,6 +50,8 @@ def _attribute(bundle: EvidenceBundle, matcher: Matcher) -> Attribution:
     _synthetic(ctx)           #          Slurm state, exit code, trigger
     _apply_rules(ctx)         # rules: hardware-typical upgrades, field precedence
     verdict = _decide(ctx)    # verdict: root, culprits, action, explanation
+    if ctx.notes:             #          what the engine left out (a log too repetitive to match whole)
+        verdict.explanation += " Engine notes: " + "; ".join(ctx.notes)
     return _guard(verdict, matcher)  # guard: calibrated confidence, no drain below MIN_CONFIDENCE
 
 

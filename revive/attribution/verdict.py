@@ -21,7 +21,7 @@ from revive.attribution.explain import _explain_frame, _gpus
 from revive.attribution.throughput import _recovered, _slow_hosts_from_compute, _slow_nodes, _straggler
 from revive.attribution.timestamps import _prev_attempt_stalled, _ref_year, _silent_hang
 from revive.logline import LINE_CAP as MAX_TEXT
-from revive.logline import cap_line
+from revive.logline import cap_line, log_int
 from revive.models import (
     Action,
     Attribution,
@@ -82,7 +82,7 @@ def _xid_code(ev: _Ev) -> int | None:
     if ev.m.id != "xid.event":
         return None
     code = ev.m.fields.get("effective_xid") or ev.m.fields.get("xid") or ""
-    return int(code) if code.isdigit() else None
+    return log_int(code) if code.isdigit() else None
 
 
 _HCA = re.compile(r"\b(?:hca|dev|device|HCA) (?:mlx\d_\d+|\w+_\d+)(?::\d+)?|\bmlx\d_\d+:\d+")
@@ -576,10 +576,12 @@ def _jax_barrier_tasks(e: _Ev, lines: list[str]) -> set[int]:
             m = _JAX_TASK_LINE.match(x[:MAX_TEXT])
             if not m:
                 break
-            tasks.add(int(m.group("task")))
+            task = log_int(m.group("task"))
+            if task is not None:
+                tasks.add(task)
     if not tasks:
         after = e.text.split("Barrier timed out", 1)[-1]
-        tasks = {int(m.group("task")) for m in _JAX_TASKS_IN_TEXT.finditer(after[:MAX_TEXT])}
+        tasks = {t for m in _JAX_TASKS_IN_TEXT.finditer(after[:MAX_TEXT]) if (t := log_int(m.group("task"))) is not None}
     return tasks
 
 
@@ -705,14 +707,16 @@ def _rank_layout(ctx: _Ctx) -> dict[int, str]:
         tpn = None
         for pat in _TPN:
             t = pat.search(head)
-            if t and int(t.group("n")) > 0:
-                tpn = int(t.group("n"))
+            n = log_int(t.group("n")) if t else None
+            if n:
+                tpn = n
                 break
         if tpn is None:
             for pat in _WORLD:
                 w = pat.search(head)
-                if w and int(w.group("n")) >= len(nodes) and int(w.group("n")) % len(nodes) == 0:
-                    tpn = int(w.group("n")) // len(nodes)
+                world = log_int(w.group("n")) if w else None
+                if world is not None and world >= len(nodes) and world % len(nodes) == 0:
+                    tpn = world // len(nodes)
                     break
         if tpn:
             for r in range(min(len(nodes) * tpn, 100000)):
@@ -770,7 +774,8 @@ def _training_finished(ctx: _Ctx) -> bool:
     lines = ctx.bundle.job_log.split("\n")
     for i in reversed(ctx.progress_idx[-5:]):
         m = _FINAL_ITER.search(lines[i][:MAX_TEXT])
-        if m and int(m.group("n")) > 0 and int(m.group("i")) >= int(m.group("n")):
+        n, it = (log_int(m.group("n")), log_int(m.group("i"))) if m else (None, None)
+        if n and it is not None and it >= n:
             return True
     return any(_DONE.search(x) for x in lines[-50:])
 
@@ -835,7 +840,8 @@ def _decide(ctx: _Ctx) -> Attribution:
             # exact stamps: allow 10 s of clock skew between nodes (NTP keeps them well under that;
             # syslog has 1 s resolution)
             slack = timedelta(seconds=10) if e.ts_exact else timedelta(hours=26)
-            return e.kernel and e.ts is not None and e.ts < attempt_start - slack
+            # (a difference, not attempt_start - slack: that overflows for a stamp of 0001-01-01)
+            return e.kernel and e.ts is not None and attempt_start - e.ts > slack
         ctx.events = [e for e in ctx.events if not _old(e)]
 
     node_notes: list[str] = []

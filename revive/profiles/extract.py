@@ -23,6 +23,7 @@ Units: seconds everywhere (``step_time_s``, ``cadence_s``); ``*_ms`` groups are 
 from __future__ import annotations
 
 import functools
+import math
 import re
 import statistics
 from collections.abc import Iterable, Iterator
@@ -33,6 +34,7 @@ from typing import Any, ClassVar
 import re2
 from pydantic import BaseModel, Field
 
+from revive.logline import log_int
 from revive.profiles.model import KINDS, Profile, ProfileSet
 
 MAX_LINE = 8192
@@ -208,9 +210,9 @@ def split_line_prefix(segment: str) -> tuple[str, int | None, str | None, dateti
         g = m.groupdict()
         r = g["rank"] or g["rank2"] or g["srun"]
         if r is not None and rank is None:
-            rank = int(r)
+            rank = log_int(r)
         if g["lrank"] is not None and rank is None:
-            rank = int(g["lrank"])
+            rank = log_int(g["lrank"])
         host = host or g["host"] or g["host2"]
         if g["ts"] and ts_text is None:
             ts_text = g["ts"]
@@ -426,7 +428,7 @@ class ProgressExtractor:
                     rate = _num(get("rate_it_s"))
                     step = 1.0 / rate if rate else None
             total, epoch, batch, batches = _int(get("total")), _num(get("epoch")), _int(get("batch")), _int(get("batches"))
-            if pat.profile.step_from_epoch and epoch is not None and total:
+            if pat.profile.step_from_epoch and epoch is not None and math.isfinite(epoch) and total:
                 batch, batches, it = it, total, int(epoch) * total + it
             return Iteration(
                 profile=pid, ts=ts, rank=rank, host=host, iter=it, total=total, step_time_s=step,
@@ -555,7 +557,12 @@ class ProgressSummary(BaseModel):
 
 
 def _naive_utc(ts: datetime) -> datetime:
-    return ts.astimezone(UTC).replace(tzinfo=None) if ts.tzinfo else ts
+    if not ts.tzinfo:
+        return ts
+    try:
+        return ts.astimezone(UTC).replace(tzinfo=None)
+    except OverflowError:  # a stamp at the calendar's edge (9999-12-31T23:59:59-12:00): its wall time
+        return ts.replace(tzinfo=None)
 
 
 class _AttemptState:

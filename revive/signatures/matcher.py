@@ -26,7 +26,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, Field
 
-from revive.logline import MATCH_CAP, match_window
+from revive.logline import MATCH_CAP, log_int, match_window
 from revive.models import Action, Category, Domain
 from revive.signatures import xid as xidmod
 
@@ -116,10 +116,17 @@ _PREFIXES: list[tuple[str, re.Pattern[str]]] = [
     # Ray's worker-output prefix ("(RayTrainWorker pid=1234, ip=10.0.0.1) ", "(pid=1234) ", verl's
     # "(WorkerDict pid=..., ip=...) "; ray/_private/worker.py print_worker_logs, Ray 2.x)
     ("ray", re.compile(r"^\((?:[\w.:-]+ )?pid=\d+(?:, ip=(?P<ray_ip>[0-9A-Fa-f.:]+))?\) ")),
-    ("pdsh", re.compile(r"^(?P<phost>[A-Za-z][\w.-]*\d[\w.-]*): (?=\S)")),
+    # the run before the first digit holds no digit: one way to match, linear time (``[\w.-]*\d``
+    # backtracked quadratically: 0.3 s on an 8 KB line of "a2026-01-01…")
+    ("pdsh", re.compile(r"^(?P<phost>[A-Za-z](?:[^\W\d]|[.-])*\d[\w.-]*): (?=\S)")),
 ]
 _GLOG = re.compile(r"^\[?[IWEF](?P<md>\d{3,4}) (?P<t>\d\d:\d\d:\d\d(?:\.\d+)?)")
 _BODY_RANK = re.compile(r"\[(?:PG [^\]]*?)?Rank (?P<rank>\d+)\]")
+
+
+def _utf8(text: str) -> str:
+    """``text`` with lone surrogates (which UTF-8 cannot encode) replaced by ``?``."""
+    return text.encode("utf-8", "replace").decode("utf-8")
 
 
 def strip_ansi(line: str) -> str:
@@ -145,9 +152,9 @@ def split_prefix(line: str) -> tuple[str, LinePrefix]:
                     meta.kernel = meta.kernel or gd.get("tag") == "kernel"
                 meta.host = meta.host or gd["host"]
             if gd.get("rank") is not None and meta.rank is None:
-                meta.rank = int(gd["rank"])
+                meta.rank = log_int(gd["rank"])
             if gd.get("local_rank") is not None and meta.local_rank is None:
-                meta.local_rank = int(gd["local_rank"])
+                meta.local_rank = log_int(gd["local_rank"])
             if gd.get("phost"):
                 # pdsh/accelerate "host: " prefix: only a candidate (a driver tag looks the same);
                 # the engine keeps it when it names one of the job's nodes
@@ -169,7 +176,7 @@ def split_prefix(line: str) -> tuple[str, LinePrefix]:
     if meta.rank is None and "Rank " in body:
         r = _BODY_RANK.search(body)
         if r:
-            meta.rank = int(r.group("rank"))
+            meta.rank = log_int(r.group("rank"))
     return body, meta
 
 
@@ -291,12 +298,21 @@ class Matcher:
 
     # ------------------------------------------------------------------ single line
     def gate(self, line: str) -> bool:
-        return self._gate.search(line) is not None
+        try:
+            return self._gate.search(line) is not None
+        except UnicodeEncodeError:  # a lone surrogate: see match
+            return self._gate.search(_utf8(line)) is not None
 
     def match(self, line: str, include_benign: bool = False) -> list[SignatureMatch]:
         """Signatures on one line. Benign noise → ``[]`` (unless ``include_benign``)."""
         if not line:
             return []
+        try:
+            return self._match(line, include_benign)
+        except UnicodeEncodeError:  # a lone surrogate (a JSON "\udcff" escape): RE2 reads UTF-8 only
+            return self._match(_utf8(line), include_benign)
+
+    def _match(self, line: str, include_benign: bool) -> list[SignatureMatch]:
         if len(line) > MATCH_CAP:  # search the head and the tail independently
             return self._match_parts(match_window(line).split("\n"), include_benign)
         return self._match_one(line, include_benign)
@@ -351,14 +367,15 @@ class Matcher:
         if meta.kernel:
             fields.setdefault("kernel", "1")
         category, domain, role, tier, action, note = sig.category, sig.domain, sig.role, sig.tier, sig.action, ""
-        if sig.resolver == "xid" and fields.get("xid", "").isdigit():
-            v = xidmod.resolve_xid(int(fields["xid"]), fields.get("detail", ""))
+        code = log_int(fields.get(sig.resolver or "", ""))  # a 5000-digit "code" is junk: the entry's defaults
+        if sig.resolver == "xid" and code is not None:
+            v = xidmod.resolve_xid(code, fields.get("detail", ""))
             category, domain, role, tier, action, note = v.category, v.domain, v.role, v.tier, v.action, v.note
             fields["resolution"] = v.resolution
             fields["effective_xid"] = str(v.effective_code)
             fields["xid_name"] = v.name
-        elif sig.resolver == "sxid" and fields.get("sxid", "").isdigit():
-            v = xidmod.resolve_sxid(int(fields["sxid"]), fields.get("severity"), fields.get("detail", ""))
+        elif sig.resolver == "sxid" and code is not None:
+            v = xidmod.resolve_sxid(code, fields.get("severity"), fields.get("detail", ""))
             category, domain, role, tier, action, note = v.category, v.domain, v.role, v.tier, v.action, v.note
             fields["resolution"] = v.resolution
         return SignatureMatch(id=sig.id, category=category, domain=domain, role=role, tier=tier,
@@ -368,6 +385,12 @@ class Matcher:
     # ------------------------------------------------------------------ progress
     def progress_of(self, body: str) -> tuple[bool, int | None, float | None]:
         """(is_progress_line, iteration, iteration_time_seconds) for one line body."""
+        try:
+            return self._progress_of(body)
+        except UnicodeEncodeError:  # a lone surrogate: see match
+            return self._progress_of(_utf8(body))
+
+    def _progress_of(self, body: str) -> tuple[bool, int | None, float | None]:
         is_prog = False
         for pp in self.progress:
             if not any(lit in body for lit in pp.prefilter):
@@ -379,7 +402,7 @@ class Matcher:
             if pp.progress_only:
                 continue
             gd = m.groupdict()
-            it = int(gd["iter"]) if gd.get("iter") else None
+            it = log_int(gd.get("iter"))
             try:
                 if gd.get("ms"):
                     return True, it, float(gd["ms"]) / 1000.0

@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from revive.logline import log_int
 from revive.models import Action, Category, Domain
 
 XID_DOC_VERSION = "NVIDIA Xid Errors (r570, 2025)"
@@ -128,8 +129,9 @@ def resolve_xid(code: int, detail: str = "") -> XidVerdict:
     note = ""
     info = lookup(code)
     m = _CAUSED_BY.search(detail or "")
-    if code == 45 and m:
-        effective = int(m.group(1))
+    caused_by = log_int(m.group(1)) if code == 45 and m else None
+    if caused_by is not None:
+        effective = caused_by
         info = lookup(effective)
         note = f"Xid 45 preemptive cleanup caused by previous Xid {effective}"
     resolution = info.resolution
