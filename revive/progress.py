@@ -59,21 +59,20 @@ def parse_attempt(line: str) -> int | None:
 
 
 def parse_progress(line: str) -> Progress | None:
-    """A progress line → ``Progress``; anything else → None."""
+    """A progress line → ``Progress``; anything else, or a progress line with a number ``int``/``float``
+    refuse (``step_time_ms 20.3.1``, 5000 digits), → None."""
     m = PROGRESS_RE.match(line)
     if m:
         it, total, rank = log_int(m.group("it")), log_int(m.group("total")), log_int(m.group("rank"))
         if it is None or total is None or rank is None:  # a 5000-digit "iteration" is no progress
             return None
-        return Progress(
-            iteration=it,
-            total=total,
-            rank=rank,
-            host=m.group("host"),
-            timestamp=parse_ts(line),
-            compute_ms=float(m.group("compute")) if m.group("compute") else None,
-            step_ms=float(m.group("step")) if m.group("step") else None,
-        )
+        try:
+            compute = float(m.group("compute")) if m.group("compute") else None
+            step = float(m.group("step")) if m.group("step") else None
+        except ValueError:  # "step_time_ms 20.3.1": a garbled line is no progress (never an error)
+            return None
+        return Progress(iteration=it, total=total, rank=rank, host=m.group("host"), timestamp=parse_ts(line),
+                        compute_ms=compute, step_ms=step)
     if "iteration" in line and "checkpoint" not in line:
         g = GENERIC_PROGRESS_RE.search(line)
         it, total = (log_int(g.group("it")), log_int(g.group("total"))) if g else (None, None)
@@ -127,10 +126,7 @@ class ResumeTracker:
         if ck and ck[0] == "resumed":
             res.resumed_from = ck[1] if res.resumed_from is None else min(res.resumed_from, ck[1])
             return
-        try:
-            p = parse_progress(line)
-        except ValueError:  # "compute_ms 1.2.3": a garbled line is no progress (verify must not fail on it)
-            return
+        p = parse_progress(line)  # a garbled line ("compute_ms 1.2.3") is None: no progress
         if p is None:
             return
         if p.host:

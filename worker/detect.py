@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from revive.logline import LINE_CAP, cap_bytes, cap_line, decode_line
+from revive.logline import LINE_CAP, cap_bytes, cap_line, decode_line, log_int
 from revive.progress import GENERIC_PROGRESS_RE, PROGRESS_RE, parse_attempt, parse_checkpoint, parse_ts
 
 MAX_STEP_INTERVAL_S = 6 * 3600.0
@@ -110,9 +110,12 @@ class AttemptTracker:
             iteration = int(m.group("it"))
             rank = int(m.group("rank"))
             comp, step_s = m.group("compute"), m.group("step")
-            step = float(step_s) if step_s else None
-            if comp:
-                float(comp)  # parse_progress raises on a malformed number before any state changes
+            try:
+                step = float(step_s) if step_s else None
+                if comp:
+                    float(comp)
+            except ValueError:  # a garbled number ("20.3.1"): no progress line, and no state change
+                return
             self.last_by_rank[f"rank {rank}"] = text[:1024]
             mr = self._min_rank
             if mr is None or rank < mr:
@@ -197,9 +200,12 @@ class AttemptTracker:
         try:
             for line, ts_b, rank_b, it_b, comp, step_b in found:
                 iteration, rank = int(it_b), int(rank_b)
-                step = float(step_b) if step_b else None
-                if comp:
-                    float(comp)  # as feed: a malformed number raises before the line changes anything
+                try:
+                    step = float(step_b) if step_b else None
+                    if comp:
+                        float(comp)
+                except ValueError:  # as feed: a garbled number is no progress line
+                    continue
                 last[rank] = line
                 if mr is None or rank < mr:
                     mr = self._min_rank = rank
@@ -1138,17 +1144,24 @@ def last_checkpoint(data: bytes) -> int | None:
     last = None
     for m in _CKPT_B.finditer(data):
         last = m
-    return int(last.group(1)) if last else None
+    return log_int(last.group(1).decode("ascii")) if last else None  # raw tail: no line cap, junk digits
 
 
-def restore_clock(t: AttemptTracker, now: float, wall: datetime) -> None:
+RESTORE_SKEW_S = 300.0
+"""A last progress stamp this many seconds before the attempt's start is a wrong clock, not a hang."""
+
+
+def restore_clock(t: AttemptTracker, now: float, wall: datetime, started: datetime | None = None) -> None:
     """After re-reading an attempt's lines at ``now`` (monotonic s), move the hang clock back to the
     attempt's last progress line: ``last_progress_mono`` = ``now`` − (``wall`` − its stamp), so a
     restarted monitor sees a job that hung before the restart as silent for as long as it really
-    was. Lines without stamps, or stamped without a zone (whose offset to ``wall`` is a guess),
-    leave the clock at ``now`` (silence counts from the re-read)."""
+    was. Lines without stamps, or stamped without a zone (whose offset to ``wall`` is a guess), or
+    stamped more than ``RESTORE_SKEW_S`` before the attempt ``started`` (a node's wrong clock, a
+    garbled stamp: year 1), leave the clock at ``now`` (silence counts from the re-read)."""
     ts = t.last_progress_ts
     if ts is None or ts.tzinfo is None or t.last_progress_mono is None:
+        return
+    if started is not None and (started - ts).total_seconds() > RESTORE_SKEW_S:
         return
     age = (wall - ts).total_seconds()
     if age <= 0:

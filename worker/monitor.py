@@ -356,7 +356,10 @@ class Monitor:
             if j is None:
                 self.watches.pop(job_id)
                 continue
-            await self._follow(w, j, now, reads=readers.get(j.std_out or "") == job_id)
+            try:
+                await self._follow(w, j, now, reads=readers.get(j.std_out or "") == job_id)
+            except Exception:  # one job's odd log or record must not blind the monitor to the others
+                log.exception("job %s: this pass skipped it", job_id)
         if self._last_save is None or now - self._last_save >= 5.0:  # a cache (re-reads are deduped): every 5 s
             self._last_save = now
             self.follower.save()
@@ -467,7 +470,7 @@ class Monitor:
                 text = raw.decode("utf-8", "replace")
                 w.tracker.feed(text, now)
                 await self._root(w, j, i + 1, text)
-            restore_clock(w.tracker, now, datetime.now(UTC))
+            restore_clock(w.tracker, now, datetime.now(UTC), j.attempt_started_at)
         if inode >= 0:
             self.logs.seek(path, data, base + len(data))
 
@@ -491,7 +494,7 @@ class Monitor:
                     continue  # lines of an earlier attempt (or after a marker of another) never open an incident
                 await self._root(w, j, line_no, text)
             if w.catch_up is not None:
-                restore_clock(t, now, datetime.now(UTC))
+                restore_clock(t, now, datetime.now(UTC), j.attempt_started_at)
                 st = self.follower.states.get(j.std_out)
                 if st is None or st.offset >= w.catch_up:
                     w.catch_up = None

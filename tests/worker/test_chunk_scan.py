@@ -307,12 +307,18 @@ def test_runs_the_summary_is_not_exact_for_take_the_per_line_loop(case, tmp_path
         assert sc.summarised < 6000 and sc.bulk_bytes == 0  # the run with the odd line went line by line
 
 
-def test_an_ill_formed_step_time_raises_as_the_per_line_path_does(tmp_path):
-    data = _busy_log().replace(b"step_time_ms 20.3", b"step_time_ms 20.3.1", 1)
-    with pytest.raises(ValueError):
-        _per_line([data], tmp_path / "a.log")
-    with pytest.raises(ValueError):
-        _chunked([data], tmp_path / "b.log", ChunkScanner())
+def test_a_garbled_step_time_is_no_progress_line_and_the_xid_after_it_is_still_seen(tmp_path):
+    # the bad-input probe (2026-12-02): "step_time_ms 20.3.1" raised out of the chunk scan, and the
+    # Xid on the next line, already past the follower's offset, was never yielded
+    xid = b"[Mon Dec  1 10:00:00 2026] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.\n"
+    bad = _busy_log().replace(b"step_time_ms 20.3\n", b"step_time_ms 20.3.1\n" + xid, 1)
+    assert bad.count(xid) == 1
+    a = _per_line([bad], tmp_path / "a.log")
+    for sc in (ChunkScanner(), ChunkScanner()):
+        assert _chunked([bad], tmp_path / "b.log", sc) == a
+    assert [(h[0], h[1]) for h in a[0]] == [(6, "xid.event")]
+    small = b"".join(bad.splitlines(keepends=True)[:60])  # feed_progress (a run under the summary's size)
+    assert _chunked([small], tmp_path / "c.log", ChunkScanner()) == _per_line([small], tmp_path / "d.log")
 
 
 def test_a_stamp_that_is_not_a_date_counts_as_no_stamp_on_every_path(tmp_path):

@@ -75,3 +75,26 @@ def test_slowed_and_hung_shortcuts_keep_their_answers():
     t.step_ms[2:12] = [30.0] * 10  # a different baseline is noticed (no stale cache)
     assert not t.slowed()
     assert not t.hung(22 + 59) and t.hung(22 + 61)
+
+
+def test_a_checkpoint_line_with_a_5000_digit_iteration_is_no_checkpoint():
+    # the bad-input probe: the monitor reads the raw log tail (no line cap) on every pass until the
+    # job is located; int() of 5000 digits raised there and blinded the pass
+    from worker.detect import last_checkpoint
+
+    junk = b"saved checkpoint at iteration " + b"9" * 5000 + b"\n"
+    assert last_checkpoint(b"saved checkpoint at iteration 40\n" + junk) is None
+    assert last_checkpoint(junk + b"saved checkpoint at iteration 40\n") == 40
+
+
+def test_a_last_progress_stamp_far_before_the_attempt_started_does_not_restore_a_hang():
+    from datetime import UTC, datetime, timedelta
+
+    from worker.detect import AttemptTracker, restore_clock
+
+    wall = datetime(2026, 12, 2, 3, 0, tzinfo=UTC)
+    for stamp, silent in ((datetime(1, 1, 1, tzinfo=UTC), 0.0), (wall - timedelta(minutes=5), 300.0)):
+        t = AttemptTracker()
+        t.last_progress_ts, t.last_progress_mono, t.first_progress_mono = stamp, 1000.0, 1000.0
+        restore_clock(t, 1000.0, wall, started=wall - timedelta(hours=1))
+        assert t.silent_for(1000.0) == silent  # year 1 is a wrong clock; 5 min ago is real silence

@@ -568,3 +568,26 @@ def test_the_end_time_counts_only_once_the_job_ended():
     t = datetime(2026, 12, 2, 3, 0, tzinfo=UTC)
     assert JobRecord(job_id="1", state="RUNNING", end_time=t).ended_at is None  # Slurm's expected end
     assert JobRecord(job_id="1", state="FAILED", end_time=t).ended_at == t
+
+
+async def test_one_jobs_failing_pass_does_not_blind_the_monitor_to_the_others(tmp_path, monkeypatch):
+    cfg, pol, log = setup(tmp_path)
+    now = datetime.now(UTC).replace(microsecond=0)
+    s0 = now - timedelta(minutes=1)
+    other = tmp_path / "train-8.out"
+    other.write_text(attempt_lines(0, s0, 1, 5))
+    log.write_text(attempt_lines(0, s0, 1, 12) + lines(GPU_FAULT))
+    sched = FakeScheduler(cluster="c", jobs=[job(other, job_id="8", submit_time=s0, start_time=s0),
+                                             job(log, submit_time=s0, start_time=s0)])
+    temporal = FakeTemporal()
+    m = Monitor(cfg, pol, temporal, sched)  # type: ignore[arg-type]
+    real = m._locate
+
+    async def odd(w, j, now):  # job 8's record or log breaks this pass (a bug, a garbled record)
+        if j.job_id == "8":
+            raise ValueError("garbled")
+        await real(w, j, now)
+
+    monkeypatch.setattr(m, "_locate", odd)
+    await m.poll_once()
+    assert list(temporal.wfs) == [f"c-7-{stamp(s0)}-a0"]  # job 7's fault, listed after job 8, is seen
