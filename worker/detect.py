@@ -560,22 +560,25 @@ class ChunkScanner:
                     return True
         return False
 
-    def _catalog_lines(self, data: bytes) -> dict[int, int]:
-        """Line start → line end of every line with a catalog literal (one gate call per such line)."""
-        out: dict[int, int] = {}
-        search, find, rfind, n, pos = self.gate.search, data.find, data.rfind, len(data), 0
+    @staticmethod
+    def _gated(gate: Any, data: bytes) -> Iterator[tuple[int, int]]:
+        """(line start, line end) of every line of ``data`` that ``gate`` hits, one search per such line."""
+        search, find, rfind, n, pos = gate.search, data.find, data.rfind, len(data), 0
         while pos < n:
             m = search(data, pos)
             if m is None:
-                break
+                return
             hit = m.start()
             ls = rfind(b"\n", pos, hit) + 1 or pos
             le = find(b"\n", hit)
             if le < 0:
                 le = n
-            out[ls] = le
+            yield ls, le
             pos = le + 1
-        return out
+
+    def _catalog_lines(self, data: bytes) -> dict[int, int]:
+        """Line start → line end of every line with a root literal (one gate call per such line)."""
+        return dict(self._gated(self.gate, data))
 
     @staticmethod
     def _literal_lines(data: bytes, lit: bytes, start: int = 0, end: int | None = None) -> dict[int, int]:
@@ -604,21 +607,8 @@ class ChunkScanner:
     def _special_lines(self, data: bytes) -> dict[int, tuple[int, bool]]:
         """Line start → (line end, has a root literal) of every line ``lines_gate`` hits (a root or
         tracker literal), one gate call per such line."""
-        out: dict[int, tuple[int, bool]] = {}
-        search, root = self.lines_gate.search, self.gate.search
-        find, rfind, n, pos = data.find, data.rfind, len(data), 0
-        while pos < n:
-            m = search(data, pos)
-            if m is None:
-                break
-            hit = m.start()
-            ls = rfind(b"\n", pos, hit) + 1 or pos
-            le = find(b"\n", hit)
-            if le < 0:
-                le = n
-            out[ls] = (le, root(data, ls, le) is not None)
-            pos = le + 1
-        return out
+        root = self.gate.search
+        return {ls: (le, root(data, ls, le) is not None) for ls, le in self._gated(self.lines_gate, data)}
 
     def feed(self, t: AttemptTracker, data: bytes, first_line_no: int, now: float) -> Iterator[tuple[int, str]]:
         """Feed ``t`` every line of ``data`` (whole lines) and yield, in order, (line number,
