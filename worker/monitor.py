@@ -337,7 +337,7 @@ class Monitor:
             if w is not None and j.submit_time and w.first_submit and w.job.name != j.name:
                 self.watches.pop(j.job_id)  # a reused id (fresh cluster): a different job
                 w = None
-            unseen = self._ended_unseen(j)
+            unseen = w is None and self._ended_unseen(j)  # only a job not watched yet can have ended unseen
             if w is None and opted_in(j, self.cfg, self.policy) and (j.state in WATCH_START or unseen):
                 first, opened = await self._rebuild_identity(j)
                 w = Watch(job=j, first_submit=first, tracker=self._tracker(j.restarts), opened=opened,
