@@ -233,8 +233,9 @@ def _collect_job_log(ctx: _Ctx) -> None:
         if "Root Cause (first observed failure)" in body:
             tb_rank, tb_host, tb_until = None, None, i + 12
             for j in range(i + 1, min(i + 12, len(lines))):
-                r = _TB_RANK.match(lines[j])
-                h = _TB_HOST.match(lines[j])
+                cont = split_prefix(lines[j][:MAX_TEXT])[0]  # under the same launcher prefix
+                r = _TB_RANK.match(cont)
+                h = _TB_HOST.match(cont)
                 if r:
                     tb_rank = log_int(r.group("rank"))
                 if h:

@@ -199,6 +199,7 @@ def _socket_ifaces_unroutable(lines: list[str], multi_node: bool) -> str:
             continue
         names = [m.group("name") for m in _IFACE.finditer(x[:MAX_TEXT])]
         for y in lines[i + 1:i + 65]:
+            y = split_prefix(y[:MAX_TEXT])[0]  # a continuation line carries the same launcher prefix
             if not re.match(r"\s*\[\d+\][\w.@-]+:", y):
                 break
             names += [m.group("name") for m in _IFACE.finditer(y[:MAX_TEXT])]
@@ -573,7 +574,7 @@ def _jax_barrier_tasks(e: _Ev, lines: list[str]) -> set[int]:
     tasks: set[int] = set()
     if e.line_no:
         for x in lines[e.line_no:e.line_no + MAX_JAX_TASK_LINES]:
-            m = _JAX_TASK_LINE.match(x[:MAX_TEXT])
+            m = _JAX_TASK_LINE.match(split_prefix(x[:MAX_TEXT])[0])
             if not m:
                 break
             task = log_int(m.group("task"))

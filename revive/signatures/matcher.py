@@ -98,6 +98,10 @@ class LinePrefix:
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]|\r")
 _PREFIXES: list[tuple[str, re.Pattern[str]]] = [
     ("syslog_pri", re.compile(r"^<\d{1,3}>")),
+    # Kubernetes CRI container-log line ("2024-05-01T12:00:00.123456789Z stderr F msg"; F = full line,
+    # P = partial): kubelet pkg/kubelet/kuberuntime/logs/logs.go, CRI log format (k8s 1.14+)
+    ("cri", re.compile(
+        r"^(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d)) (?:stdout|stderr) [FP] ")),
     ("syslog", re.compile(
         r"^(?P<ts>[A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d(?:\.\d+)?) (?P<host>[\w.-]+) (?P<tag>[\w./-]+)(?:\[\d+\])?: ")),
     ("iso", re.compile(
@@ -113,6 +117,14 @@ _PREFIXES: list[tuple[str, re.Pattern[str]]] = [
     ("nccl", re.compile(r"^(?P<host>[\w.-]+):\d+:\d+ \[(?P<gpu>\d+)\] ")),
     ("srun_l", re.compile(r"^(?P<rank>\d{1,6}): ")),
     ("mpirun", re.compile(r"^\[\d+,(?P<rank>\d+)\]<(?:stdout|stderr)>: ?")),
+    # MPICH Hydra / Intel MPI ``mpiexec -prepend-rank`` (``-l``): "[3] msg" (Hydra ui/utils: "[%d] ")
+    ("prepend_rank", re.compile(r"^\[(?P<rank>\d{1,6})\] (?=\S)")),
+    # Docker Compose v2 service prefix: "trainer-1  | msg" (docker/compose cmd/formatter/logs.go:
+    # the container name padded to the widest, then "| "); the container name is not a node name
+    ("compose", re.compile(r"^[A-Za-z][\w.-]*-\d+ +\| ")),
+    # indentation (a torchrun error summary's traceback, a wrapped continuation line): anchored
+    # signatures ("ValueError: …" at the start of a line) read the text after it
+    ("indent", re.compile(r"^[ \t]+(?=\S)")),
     # Ray's worker-output prefix ("(RayTrainWorker pid=1234, ip=10.0.0.1) ", "(pid=1234) ", verl's
     # "(WorkerDict pid=..., ip=...) "; ray/_private/worker.py print_worker_logs, Ray 2.x)
     ("ray", re.compile(r"^\((?:[\w.:-]+ )?pid=\d+(?:, ip=(?P<ray_ip>[0-9A-Fa-f.:]+))?\) ")),
