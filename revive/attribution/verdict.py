@@ -510,13 +510,17 @@ def _program_error(matcher: Matcher, e: _Ev) -> bool:
     """True when the generic exception ``e`` (fields ``exc_type``, ``message``) is the program's own.
 
     The catalog's ``program_error.exclude_types`` / ``exclude_words`` (lower-case substrings of the
-    type and of the message) mark infrastructure faults; an empty message decides nothing."""
+    type and of the message) mark infrastructure faults; its ``program_phrases`` (torch's and
+    Python's own texts for a misuse that happen to hold such a word) mark the program's error
+    whatever the type; an empty message decides nothing."""
     exc = (e.m.fields.get("exc_type") or "").lower()
     msg = (e.m.fields.get("message") or "").strip().lower()[:MAX_TEXT]
     types = getattr(matcher, "program_error_types", ())
     words = getattr(matcher, "program_error_words", ())
     if not exc or not msg or not (types or words):
         return False
+    if any(p in msg for p in getattr(matcher, "program_error_phrases", ())):
+        return True
     msg = _TENSOR_DEVICE_TOKENS.sub(" ", msg)
     return not any(t in exc for t in types) and not (words and _exclude_words_re(tuple(words)).search(msg))
 

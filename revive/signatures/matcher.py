@@ -296,6 +296,8 @@ class Matcher:
             str(x).lower() for x in (pe.get("exclude_types") or []) if isinstance(x, str) and x) if isinstance(pe, dict) else ()
         self.program_error_words: tuple[str, ...] = tuple(
             str(x).lower() for x in (pe.get("exclude_words") or []) if isinstance(x, str) and x) if isinstance(pe, dict) else ()
+        self.program_error_phrases: tuple[str, ...] = tuple(
+            str(x).lower() for x in (pe.get("program_phrases") or []) if isinstance(x, str) and x) if isinstance(pe, dict) else ()
         calib = cat.get("confidence_calibration") or {}
         self.calibration: list[dict[str, Any]] = list(calib.get("table") or []) if isinstance(calib, dict) else []
         lits = sorted({lit for s in self.signatures for lit in s.prefilter}, key=len, reverse=True)

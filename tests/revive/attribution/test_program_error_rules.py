@@ -6,6 +6,8 @@ progress lines the generic counter pattern did not know stops printing and is ca
 
 from __future__ import annotations
 
+import pytest
+
 from revive.attribution.engine import attribute
 from revive.models import EvidenceBundle, JobRecord
 
@@ -174,3 +176,52 @@ def test_a_previous_attempt_that_crashed_does_not_make_the_hang_a_repeat():
             + "slurmstepd: error: *** JOB 42 ON gpu-node-001 CANCELLED AT 2024-06-01T13:30:00 ***\n")
     a = run(text, JobRecord(job_id="42", nodes=["gpu-node-001"], state="CANCELLED"))
     assert (a.category.value, a.action.value) == ("hang", "restart_in_place"), a.explanation
+
+
+# ---- misuse texts that hold an infrastructure word, and errors raised before the job could run
+TB = 'Traceback (most recent call last):\n  File "train.py", line 80, in <module>\n    main()\n'
+PROGRESS = " iteration      100/ 1000 | elapsed time per iteration (ms): 500.1 |\n"
+
+
+@pytest.mark.parametrize(("last_line", "root"), [
+    ("RuntimeError: Default process group has not been initialized, please make sure to call init_process_group.",
+     "py.exception_generic"),
+    ("RuntimeError: Tensors must be CUDA and dense", "py.exception_generic"),
+    ("_pickle.UnpicklingError: invalid load key, '<'.", "py.exception_generic"),
+    ("RuntimeError: CUDA error: no kernel image is available for execution on the device", "cuda.no_kernel_image"),
+    ("RuntimeError: FlashAttention only supports Ampere GPUs or newer.", "gpu.arch_unsupported"),
+    ("torch._dynamo.exc.Unsupported: call_function UserDefinedClassVariable() [] {}", "py.torch_compile_error"),
+    ("jaxlib.xla_extension.XlaRuntimeError: INVALID_ARGUMENT: Executable expected parameter 0 of size 4096 but "
+     "got buffer with incompatible size 8192", "jax.xla_invalid_argument"),
+    ("huggingface_hub.utils._errors.GatedRepoError: 401 Client Error. Cannot access gated repo for url "
+     "https://huggingface.co/meta-llama/Llama-2-7b-hf/resolve/main/config.json.", "hub.access_denied"),
+    ("Exception: data did not match any variant of untagged enum PyPreTokenizerTypeWrapper at line 40 column 3",
+     "py.exception_generic"),
+])
+def test_a_misuse_the_retry_would_repeat_stops_the_job(last_line, root):
+    a = run(PROGRESS + TB + last_line + "\n")
+    assert a.root_event is not None and a.root_event.signature_id == root, a.explanation
+    assert (a.category.value, a.domain.value, a.action.value) == ("app_bug", "application", "stop_no_retry")
+
+
+@pytest.mark.parametrize("last_line", [
+    "jaxlib.xla_extension.XlaRuntimeError: UNAVAILABLE: failed to connect to all addresses",
+    "_pickle.UnpicklingError: pickle data was truncated",
+    "RuntimeError: NCCL communicator was aborted on rank 3.",
+])
+def test_the_same_types_naming_the_infrastructure_still_restart(last_line):
+    a = run(PROGRESS + TB + last_line + "\n")
+    assert a.action.value != "stop_no_retry" and a.domain.value != "application", a.explanation
+
+
+def test_the_nccl_result_code_under_a_dist_backend_error_decides_over_the_wrapper():
+    a = run(PROGRESS + TB + "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/"
+            "NCCLUtils.hpp:219, invalid usage, NCCL version 2.14.3\n"
+            "ncclInvalidUsage: This usually reflects invalid usage of NCCL library.\n")
+    assert a.root_event is not None and a.root_event.signature_id == "nccl.invalid_usage", a.explanation
+    assert (a.domain.value, a.action.value) == ("application", "stop_no_retry")
+
+
+def test_an_mpi_abort_alone_is_a_crash_of_that_rank_and_restarts():
+    a = run(PROGRESS + "MPI_ABORT was invoked on rank 3 in communicator MPI_COMM_WORLD\nwith errorcode 1.\n")
+    assert (a.category.value, a.action.value) == ("crash", "restart_in_place"), a.explanation
