@@ -692,11 +692,35 @@ _WORLD = [
 _NODELIST = re.compile(r"SLURM_(?:JOB_)?NODELIST=(?P<v>\S+)")
 
 
+_GPUS_PER_NODE = re.compile(r"(?:^|[,:/])gpu(?::[\w.-]+)?:(?P<n>\d+)\b")
+"""GPUs per node in Slurm's TresPerNode (``gres:gpu:8``, ``gres/gpu:8``, ``gres:gpu:h100:8``; Slurm
+22.05-24.x scontrol/slurmrestd ``tres_per_node``)."""
+
+
+def _tasks_per_node_from_record(ctx: _Ctx, n_nodes: int) -> int | None:
+    """Ranks per node from the Slurm record when the log printed no layout: ``NumTasks`` / nodes when
+    srun started one task per rank; with one task per node (a torchrun/launcher per node), the GPUs
+    per node (``TresPerNode``) when the log names a rank at or above the task count (the launcher
+    spawned one process per GPU). None when the record does not say."""
+    job = ctx.bundle.job
+    if job is None or not n_nodes or not job.num_tasks or job.num_tasks < n_nodes:
+        return None
+    if job.num_tasks > n_nodes:
+        return job.num_tasks // n_nodes if job.num_tasks % n_nodes == 0 else None
+    g = _GPUS_PER_NODE.search(job.tres_per_node or "")
+    gpus = log_int(g.group("n")) if g else None
+    ranks = [e.rank for e in ctx.events if e.rank is not None]
+    if gpus and gpus > 1 and ranks and max(ranks) >= n_nodes:
+        return gpus
+    return None
+
+
 def _rank_layout(ctx: _Ctx) -> dict[int, str]:
     """Global rank -> node, from the job's layout: SLURM_NODELIST order (or the Slurm record's node
-    list) and tasks per node (SLURM_TASKS_PER_NODE, --ntasks-per-node, torchrun --nproc-per-node, or
-    world size / nodes), block distribution as srun and torchrun use by default. Ranks a line ties to
-    a host (``[rank N host H]``, NCCL prefixes, torchrun ``host :`` lines) override the layout."""
+    list) and tasks per node (SLURM_TASKS_PER_NODE, --ntasks-per-node, torchrun --nproc-per-node,
+    world size / nodes, or the Slurm record's NumTasks / TresPerNode), block distribution as srun and
+    torchrun use by default. Ranks a line ties to a host (``[rank N host H]``, NCCL prefixes,
+    torchrun ``host :`` lines) override the layout."""
     b = ctx.bundle
     head = b.job_log[:400000]
     nodes = _nodes(b)
@@ -723,6 +747,8 @@ def _rank_layout(ctx: _Ctx) -> dict[int, str]:
                 if world is not None and world >= len(nodes) and world % len(nodes) == 0:
                     tpn = world // len(nodes)
                     break
+        if tpn is None:
+            tpn = _tasks_per_node_from_record(ctx, len(nodes))
         if tpn:
             for r in range(min(len(nodes) * tpn, 100000)):
                 out[r] = nodes[r // tpn]

@@ -102,3 +102,24 @@ def test_torchrun_summary_under_a_cri_prefix_still_ties_the_failed_rank_to_its_h
     plain = attribute(EvidenceBundle(job_log="\n".join(summary), job=job))
     cri = attribute(EvidenceBundle(job_log="\n".join(f"{_ts(i)} stderr F {x}" for i, x in enumerate(summary)), job=job))
     assert (cri.category, cri.culprit_ranks, cri.culprit_nodes) == (plain.category, plain.culprit_ranks, plain.culprit_nodes)
+
+
+# ---- the rank -> node layout when the log prints none: the Slurm record's NumTasks / TresPerNode
+ECC_ON_RANK_13 = (" iteration 100/1000 | elapsed time per iteration (ms): 500.1 |\n"
+                  "[rank13]: RuntimeError: CUDA error: uncorrectable ECC error encountered\n")
+
+
+@pytest.mark.parametrize(("num_tasks", "tres", "culprits"), [
+    (16, None, ["gpu-node-002"]),              # srun started one task per rank: 8 per node
+    (2, "gres:gpu:8", ["gpu-node-002"]),       # one torchrun per node, 8 GPUs each (scontrol TresPerNode)
+    (2, "gres/gpu:h100:8", ["gpu-node-002"]),  # slurmrestd tres_per_node with a GPU type
+    (2, None, []),                             # one task per node and no GPU count: the record does not say
+    (None, None, []),
+    (12, None, []),                            # 6 per node: rank 13 is outside the layout (0-11), no node
+])
+def test_a_rank_on_a_bad_gpu_names_its_node_from_the_slurm_record(num_tasks, tres, culprits):
+    job = JobRecord(job_id="1", nodes=["gpu-node-001", "gpu-node-002"], state="FAILED", num_tasks=num_tasks,
+                    tres_per_node=tres)
+    a = attribute(EvidenceBundle(job_log=ECC_ON_RANK_13, job=job))
+    assert a.category.value == "gpu_memory_ecc", a.explanation
+    assert a.culprit_nodes == culprits
