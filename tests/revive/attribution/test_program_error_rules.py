@@ -225,3 +225,13 @@ def test_the_nccl_result_code_under_a_dist_backend_error_decides_over_the_wrappe
 def test_an_mpi_abort_alone_is_a_crash_of_that_rank_and_restarts():
     a = run(PROGRESS + "MPI_ABORT was invoked on rank 3 in communicator MPI_COMM_WORLD\nwith errorcode 1.\n")
     assert (a.category.value, a.action.value) == ("crash", "restart_in_place"), a.explanation
+
+
+def test_a_watchdog_timeout_thrown_as_a_dist_backend_error_is_a_hang():
+    a = run(PROGRESS + "terminate called after throwing an instance of 'c10::DistBackendError'\n"
+            "  what():  [PG ID 0 PG GUID 0(default_pg) Rank 1] Process group watchdog thread terminated with "
+            "exception: [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, "
+            "OpType=_ALLGATHER_BASE, NumelIn=100, NumelOut=800, Timeout(ms)=600000) ran for 600045 milliseconds "
+            "before timing out.\n")
+    assert a.root_event is not None and a.root_event.signature_id == "nccl.watchdog_timeout", a.explanation
+    assert a.category.value == "hang"
