@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # Debian packages the test suite uses beyond the Slurm testbed (scripts/cluster-up.sh installs
 # Slurm and munge): a real Prometheus server and promtool (metrics scrape, alert rules), an OpenSSH
-# server (the SSH login node, scripts/sshd-up.sh) and Chromium (the Web UI check).
+# server (the SSH login node, scripts/sshd-up.sh), Chromium (the Web UI check) and munge itself,
+# installed here too because tests/deploy/test_chart.py decides at collection time, before any
+# fixture has brought the testbed up, whether it can run the chart's in-pod munged wrapper (on a
+# fresh machine it was skipped in every CI run).
 #
 #   REVIVE_INSTALL=0   never call apt-get: report what is missing and exit 1
 #
 # apt is kept from starting the packaged services (policy-rc.d): the tests start their own
 # prometheus and sshd on loopback ports.
 set -euo pipefail
-PKGS=(prometheus openssh-server chromium)
+PKGS=(prometheus openssh-server chromium munge)
 INSTALL="${REVIVE_INSTALL:-1}"
 missing=()
 for p in "${PKGS[@]}"; do
