@@ -397,8 +397,11 @@ def classify(
             a = attribute(bundle)
         except Exception as e:  # noqa: BLE001 - as the attribute activity: a recorded unknown, never a crash
             a = unknown_attribution(bundle, f"{type(e).__name__}: {e}")
+        for note in bundle.notes:  # what could not be read: a "none" verdict then means "no evidence"
+            err.print(f"[yellow]warning:[/] {_safe(p)}: {_safe(note)}")
         if as_json:
-            sys.stdout.write(json.dumps({"path": str(p), **a.model_dump(mode="json")}) + "\n")
+            sys.stdout.write(json.dumps({"path": str(p), **a.model_dump(mode="json"),
+                                         "evidence_notes": list(bundle.notes)}) + "\n")
         else:
             t.add_row(_safe(p), a.category.value, a.domain.value, _safe(",".join(a.culprit_nodes) or "-"),
                       ",".join(map(str, a.culprit_ranks)) or "-", a.action.value, f"{a.confidence:.2f}",

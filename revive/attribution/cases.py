@@ -124,6 +124,10 @@ def _read_text(path: Path, notes: list[str]) -> str:
 
 
 _MISSING = object()
+_NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+"""What ``dmesg.<node>.log`` may call a node: an RFC 1123 host label or dotted name (≤ 63
+characters), as Slurm's NodeName takes it; anything else (spaces, shell metacharacters, an empty
+name) is kept as kernel lines of no node."""
 
 
 def _read_json(path: Path, notes: list[str]) -> object:
@@ -266,6 +270,10 @@ def load_case(path: Path | str) -> EvidenceBundle:
                     kernel.setdefault("", []).extend(_kernel_lines(f, notes))
                 elif name.startswith(f"{stem}.") and name.endswith(".log"):
                     node = name[len(stem) + 1:-4]
+                    if not _NODE_NAME.match(node):  # a file name is not proof of a host name
+                        notes.append(f"{name[:120]!r}: not a node name (letters, digits, '.', '_', '-'); "
+                                     "its lines count for no node")
+                        node = ""
                     kernel.setdefault(node, []).extend(_kernel_lines(f, notes))
         gpu = _gpu_metrics(p / "gpu_metrics.csv", notes) if (p / "gpu_metrics.csv").exists() else []
         bundle = EvidenceBundle(job_log=job_log, kernel_logs=kernel, job=job, gpu_metrics=gpu, notes=notes,

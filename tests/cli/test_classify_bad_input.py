@@ -84,3 +84,29 @@ def test_replay_still_replays_a_real_history_and_its_prefixes(tmp_path, n):
     events = json.loads(HISTORY.read_text())["events"][:n]
     p = revive("replay", str(_history(tmp_path, events)), timeout=60)
     assert p.returncode == 0, p.stderr[-2000:]
+
+
+def test_classify_says_what_it_could_not_read_instead_of_a_bare_healthy_verdict(tmp_path):
+    case = tmp_path / "case"
+    case.mkdir()
+    (case / "job.log").write_bytes(bytes(range(256)) * 100)  # binary junk: not read
+    p = revive("classify", "--json", str(case))
+    assert p.returncode == 0, p.stderr
+    got = json.loads(p.stdout)
+    assert got["category"] == "none" and any("looks binary" in n for n in got["evidence_notes"])
+    assert "warning:" in p.stderr and "looks binary" in p.stderr
+
+
+def test_a_kernel_log_file_name_that_is_no_host_name_names_no_culprit(tmp_path):
+    case = tmp_path / "case"
+    case.mkdir()
+    (case / "job.log").write_text("iteration 1/10 | elapsed time per iteration (ms): 5.0 |\n")
+    (case / "dmesg.$(touch pwned) x.log").write_text(
+        "[ 12.3] NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.\n")
+    p = revive("classify", "--json", str(case))
+    assert p.returncode == 0, p.stderr
+    got = json.loads(p.stdout)
+    assert got["category"] == "gpu_hardware"          # the Xid still counts
+    assert got["culprit_nodes"] == []                 # but the file name is not taken for a node
+    assert any("not a node name" in n for n in got["evidence_notes"])
+    assert not (ROOT / "pwned").exists() and not (tmp_path / "pwned").exists()
