@@ -799,6 +799,50 @@ _FINAL_ITER = re.compile(r"(?:iteration|step|Step|Iteration|global_step)\s*:?\s*
 _DONE = re.compile(r"after training is done|[Tt]raining (?:completed|complete|finished|done)\b|Trainer\.fit. stopped: .max_(?:steps|epochs)")
 
 
+_INIT_LINE = re.compile(
+    r"[Ii]nitializing (?:ddp|distributed): GLOBAL_RANK: (?P<g>\d+), MEMBER: (?P<m>\d+)/(?P<n>\d+)"
+    r"|store_based_barrier|[Ww]aiting in store based barrier|init_process_group|_configure_distributed_model"
+    r"|deepspeed/__init__\.py|[Ii]nitializing (?:torch\.)?distributed|jax\.distributed\.initialize|"
+    r"NCCL INFO (?:Bootstrap|NET/|Using network|cudaDriverVersion|comm 0x)")
+"""Lines of a distributed start-up: Lightning's ``initializing ddp: GLOBAL_RANK: g, MEMBER: m/N``
+(pytorch_lightning 1.x ``DDPPlugin.init_ddp_connection``; ``Initializing distributed:`` in 2.x
+``lightning.fabric.utilities.distributed``), torch's store-based barrier and ``init_process_group``
+(torch.distributed.distributed_c10d, 1.x-2.x), DeepSpeed's engine set-up frames
+(``deepspeed/__init__.py initialize`` → ``_configure_distributed_model``, 0.8-0.14), JAX's
+``jax.distributed.initialize`` and NCCL's communicator init INFO lines (NCCL 2.x)."""
+INIT_TAIL_LINES = 30
+
+
+def _stuck_in_init(ctx: _Ctx) -> tuple[str, tuple[Domain, Action]] | None:
+    """Rule 3al. The attempt's last ``INIT_TAIL_LINES`` non-empty lines before Slurm's time-limit line
+    hold distributed start-up lines (``_INIT_LINE``) and the attempt printed no progress: why, and
+    (domain, action). Lightning's membership lines decide the domain: a GLOBAL_RANK claimed twice, or
+    only rank 0 of N ever starting, is the launch configuration (Slurm tasks per node against the
+    trainer's devices / num_nodes; Lightning-AI/pytorch-lightning#14078) - the same on every retry."""
+    lines = ctx.bundle.job_log.split("\n") if ctx.bundle.job_log else []
+    end = next((i for i in range(len(lines) - 1, -1, -1) if "DUE TO TIME LIMIT" in lines[i][:MAX_TEXT]), len(lines))
+    tail = [x for x in lines[max(0, end - 400):end] if x.strip()][-INIT_TAIL_LINES:]
+    hits = [m for x in tail if (m := _INIT_LINE.search(split_prefix(x[:MAX_TEXT])[0]))]
+    if not hits:
+        return None
+    members = [(g, n) for m in hits if m.group("g") is not None
+               and (g := log_int(m.group("g"))) is not None and (n := log_int(m.group("n"))) is not None]
+    why = ("The time limit ended an attempt that never reached a first training step; its log ends in the "
+           "distributed start-up: the start-up hung.")
+    if members:
+        ranks = [g for g, _ in members]
+        world = max(n for _, n in members)
+        if len(ranks) != len(set(ranks)):
+            return (why + f" Lightning started GLOBAL_RANK {sorted({g for g in ranks if ranks.count(g) > 1})[:4]} "
+                    "twice: the Slurm tasks do not match the trainer's devices / num_nodes (launch configuration); "
+                    "it hangs the same way on every retry.", (Domain.application, Action.stop_no_retry))
+        if world >= 2 and set(ranks) == {0}:
+            return (why + f" Only rank 0 of {world} ever started: the other processes were never launched "
+                    "(Slurm tasks against the trainer's devices / num_nodes); it hangs the same way on every "
+                    "retry.", (Domain.application, Action.stop_no_retry))
+    return why + " Restart in place; if it recurs, collect py-spy stacks.", (Domain.unknown, Action.restart_in_place)
+
+
 def _training_finished(ctx: _Ctx) -> bool:
     """The log shows the last iteration of the run (``iteration N/N``) or a framework's
     end-of-training line."""
@@ -1009,6 +1053,10 @@ def _decide(ctx: _Ctx) -> Attribution:
         cat, dom, act = Category.hang, Domain.application, Action.restart_in_place
         teardown = (f" Before the time limit the run had hung: {stalled}. The time limit ended a hang; restart "
                     "in place, and if it recurs at the same point it is the application's (collect py-spy stacks).")
+    elif cat == Category.timeout and ctx.first_progress_seq is None and (init := _stuck_in_init(ctx)):
+        # rule 3al: the whole time limit went by before a first training step, the log ending in the
+        # distributed start-up: the start-up hung (a wall-time problem would have trained first)
+        cat, (dom, act), teardown = Category.hang, init[1], " " + init[0]
 
     # same-tier hardware conflict: different nodes with different hardware faults → keep all nodes
     culprit_nodes: list[str] = []

@@ -200,3 +200,47 @@ def test_tcpstore_clients_joined_timeout_beats_the_generic_diststoreerror_on_its
     a = attribute(_job("torch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients. 1/2 clients joined."))
     assert a.root_event is not None and a.root_event.signature_id == "c10d.store_barrier_timeout"
     assert a.category == Category.hang
+
+
+# ---- rule 3al: the time limit ended a start-up that never trained
+TIME_LIMIT = "slurmstepd: error: *** JOB 61304 ON gpu-node-001 CANCELLED AT 2021-01-25T19:41:07 DUE TO TIME LIMIT ***\n"
+_ONE_NODE = JobRecord(job_id="61304", nodes=["gpu-node-001"], state="TIMEOUT")
+
+
+def _tl(text: str):
+    return attribute(EvidenceBundle(job_log=text + TIME_LIMIT, job=_ONE_NODE))
+
+
+def test_a_lightning_start_up_where_only_rank_0_of_8_ever_started_is_the_launch_configuration():
+    a = _tl("GPU available: True, used: True\nLOCAL_RANK: 0 - CUDA_VISIBLE_DEVICES: [0,1,2,3,4,5,6,7]\n"
+            "initializing ddp: GLOBAL_RANK: 0, MEMBER: 1/8\n")
+    assert (a.category.value, a.domain.value, a.action.value) == ("hang", "application", "stop_no_retry"), a.explanation
+
+
+def test_a_lightning_rank_started_twice_is_the_launch_configuration():
+    a = _tl("initializing ddp: GLOBAL_RANK: 1, MEMBER: 2/4\ninitializing ddp: GLOBAL_RANK: 1, MEMBER: 2/4\n"
+            "initializing ddp: GLOBAL_RANK: 0, MEMBER: 1/4\ninitializing ddp: GLOBAL_RANK: 0, MEMBER: 1/4\n")
+    assert (a.category.value, a.action.value) == ("hang", "stop_no_retry"), a.explanation
+
+
+def test_a_start_up_stack_at_the_time_limit_is_a_hang_of_unknown_cause():
+    a = _tl("Thread 1234 (active): \"MainThread\"\n    broadcast (torch/distributed/distributed_c10d.py:1193)\n"
+            "    _configure_distributed_model (deepspeed/runtime/engine.py:1182)\n"
+            "    initialize (deepspeed/__init__.py:125)\n")
+    assert (a.category.value, a.action.value) == ("hang", "restart_in_place"), a.explanation
+
+
+def test_every_member_started_and_no_step_yet_is_still_a_hang_but_not_the_configuration():
+    a = _tl("initializing ddp: GLOBAL_RANK: 0, MEMBER: 1/2\ninitializing ddp: GLOBAL_RANK: 1, MEMBER: 2/2\n")
+    assert (a.category.value, a.domain.value, a.action.value) == ("hang", "unknown", "restart_in_place")
+
+
+def test_a_run_that_trained_until_the_time_limit_is_a_timeout():
+    a = _tl("initializing ddp: GLOBAL_RANK: 0, MEMBER: 1/1\n"
+            " iteration      100/ 1000 | elapsed time per iteration (ms): 500.1 |\n")
+    assert a.category.value == "timeout", a.explanation
+
+
+def test_a_time_limit_after_plain_output_with_no_start_up_lines_stays_a_timeout():
+    a = _tl("loading dataset shard 3 of 900\nloading dataset shard 4 of 900\n")
+    assert a.category.value == "timeout", a.explanation
