@@ -191,7 +191,10 @@ def test_crash_fault_sigkills_the_rank_and_the_survivor_gets_a_connection_error(
     assert rcs[0] == 1, ranks.dump()
     err0 = ranks.err(0)
     survivor_error = {"torch": "RuntimeError", "plain": "PeerLost: [rank 0] plain all-reduce"}[engine]
-    assert survivor_error in err0 and "Connection closed by peer" in err0, err0
+    # gloo's TCP pair reports a peer that died as "closed" (EOF) or, when the kernel saw the peer's
+    # socket reset first (timing, a loaded host), as "reset" (gloo/transport/tcp/pair.cc)
+    assert survivor_error in err0, err0
+    assert "Connection closed by peer" in err0 or "Connection reset by peer" in err0, err0
     assert _iterations(ranks.out(1)) == [1, 2]
     marker = json.loads((ckpt / "fault-77.json").read_text())
     assert (marker["kind"], marker["node"], marker["iteration"], marker["rank"]) == ("crash", "node2", 3, 1)
