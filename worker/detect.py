@@ -162,7 +162,12 @@ class AttemptTracker:
                 if len(self.step_intervals) > 200:
                     del self.step_intervals[:-200]
             self.last_iteration = last.iter
-        self.last_by_rank[f"rank {last.rank if last.rank is not None else 0}"] = text.rsplit("\r", 1)[-1][:1024]
+        rank = last.rank if last.rank is not None else 0
+        self.last_by_rank[f"rank {rank}"] = text.rsplit("\r", 1)[-1][:1024]
+        if self._min_rank is None or rank < self._min_rank:
+            # a bar counts as its rank's line (rank 0 when unranked) for "whose step times are kept",
+            # as in last_by_rank: a later rank-6 line must not take the baseline from rank 0's bar
+            self._min_rank = rank
         self._alive(now)
 
     def _alive(self, now: float) -> None:

@@ -527,3 +527,13 @@ def test_root_lines_near_the_start_and_in_the_middle_are_yielded_with_their_numb
     a = _per_line([data], tmp_path / "a.log")
     assert a == b and [h[0] for h in b[0]] == [3, 20_001]
     assert sc.bulk_bytes > len(data) // 2  # the stretches around the second root line, in bulk
+
+
+def test_a_bar_before_a_leading_zero_rank_keeps_the_bulk_path_equal_to_the_per_line_path(tmp_path):
+    # found by the property test above (seed 0, one rank, a tqdm bar and a "[rank 06 …]" line at the
+    # top): the bar counted as rank 0 for last_by_rank but not for whose step times are kept, so
+    # feed kept rank 6's 2 ms step and the reference did not
+    data = _busy_log(n=2000, ranks=1).decode().split("\n")
+    data[1:1] = [_odd_line("profile", 1, random.Random(0)), _odd_line("leading_zero_rank", 2, random.Random(0))]
+    chunk = "\n".join(data).encode()
+    assert _per_line([chunk], tmp_path / "a.log") == _chunked([chunk], tmp_path / "b.log", ChunkScanner())
