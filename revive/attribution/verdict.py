@@ -237,7 +237,7 @@ def _is_sigkill(e: _Ev) -> bool:
     if e.m.id == "host.killed":
         return True
     if e.m.id == "host.launcher_signal":
-        return "9" in (f.get("signal"), f.get("signal_b"), f.get("signal_c"), f.get("signal_d"))
+        return f.get("signal") == "9"  # the matcher folds signal_b/_c/_d into signal
     return e.m.id == "slurm.exit_sigkill"
 
 

@@ -260,6 +260,26 @@ def load_catalog(path: Path | None = None) -> dict[str, Any]:
     return docs
 
 
+
+_ALTERNATE = re.compile(r"^(?P<base>\w+?)_[b-z]$")
+
+
+def fold_alternates(groups: dict[str, str | None]) -> dict[str, str]:
+    """Named groups that matched, with each alternate group folded into its base name.
+
+    RE2 refuses a group name used twice, so an entry whose alternatives capture the same field
+    names the later ones ``<field>_b``, ``<field>_c`` … (``mpi.abort``: ``rank`` for Open MPI,
+    ``rank_b`` for MPICH). The alternate keys stay; the base key (``rank``) is set from the first
+    alternate that matched when the base group did not, so readers need only the base name.
+    ``{"rank": None, "rank_b": "3"}`` → ``{"rank_b": "3", "rank": "3"}``."""
+    out = {k: v for k, v in (groups or {}).items() if v is not None}
+    for k in sorted(out):
+        a = _ALTERNATE.match(k)
+        if a and a.group("base") not in out:
+            out[a.group("base")] = out[k]
+    return out
+
+
 class Matcher:
     def __init__(self, catalog: dict[str, Any] | None = None, use_re2: bool = True) -> None:
         cat = catalog if catalog is not None else load_catalog()
@@ -358,7 +378,7 @@ class Matcher:
             m = sig.compiled.search(body)
             if m is None:
                 continue
-            fields = {k: v for k, v in (m.groupdict() or {}).items() if v is not None}
+            fields = fold_alternates(m.groupdict())
             sm = self._make(sig, fields, meta)
             if sm is None:
                 continue

@@ -227,6 +227,16 @@ def test_an_mpi_abort_alone_is_a_crash_of_that_rank_and_restarts():
     assert (a.category.value, a.action.value) == ("crash", "restart_in_place"), a.explanation
 
 
+def test_an_mpich_abort_names_its_rank_as_open_mpis_does():
+    """MPICH prints the rank as 'process N'; the entry captures it as ``rank_b`` (RE2 refuses a
+    repeated group name) and the matcher folds it into ``rank``."""
+    for line in ("MPI_ABORT was invoked on rank 5 in communicator MPI_COMM_WORLD\n",
+                 "application called MPI_Abort(MPI_COMM_WORLD, 1) - process 5\n"):
+        a = run(PROGRESS + line)
+        assert a.root_event is not None and a.root_event.signature_id == "mpi.abort", a.explanation
+        assert a.culprit_ranks == [5], (line, a.culprit_ranks)
+
+
 def test_a_watchdog_timeout_thrown_as_a_dist_backend_error_is_a_hang():
     a = run(PROGRESS + "terminate called after throwing an instance of 'c10::DistBackendError'\n"
             "  what():  [PG ID 0 PG GUID 0(default_pg) Rank 1] Process group watchdog thread terminated with "
