@@ -93,6 +93,9 @@ class _Ctx:
     attempt_start: datetime | None = None
     notes: list[str] = field(default_factory=list)
     seq: int = 0
+    lines: list[str] = field(default_factory=list)
+    """The job log split once into lines (``job_log.split("\n")``, set by ``_collect_job_log``):
+    every rule reads these, index = line number - 1."""
     prev_attempt: list[str] = field(default_factory=list)
     """Raw lines of the attempt before the window (rule 3ad: an error that repeats is not transient)."""
 
@@ -172,6 +175,7 @@ def _collect_job_log(ctx: _Ctx) -> None:
         return
     matcher = ctx.matcher
     lines, sig_hits, extra_hits = _hit_lines(matcher, text, _extra_gate(matcher))
+    ctx.lines = lines
     # attempt segmentation
     attempts = sorted(i for i in extra_hits if _ATTEMPT in lines[i])
     start, end = 0, len(lines)

@@ -11,10 +11,10 @@ from revive.models import (
 from revive.signatures.matcher import split_prefix
 
 
-def _explain_frame(bundle: EvidenceBundle, ev: _Ev) -> str:
+def _explain_frame(lines: list[str], bundle: EvidenceBundle, ev: _Ev) -> str:
+    """The traceback frame just above ``ev``'s line (``lines``: the job log split once, ``_Ctx.lines``)."""
     if ev.source != bundle.job_log_source or not ev.line_no:
         return ""
-    lines = bundle.job_log.split("\n")
     lo = max(0, ev.line_no - 60)
     for j in range(ev.line_no - 2, lo - 1, -1):
         body, _ = split_prefix(lines[j][:MAX_TEXT])

@@ -96,7 +96,7 @@ def _silent_hang(ctx: _Ctx) -> str:
     b = ctx.bundle
     if not ctx.progress_idx:
         return ""
-    lines = b.job_log.split("\n")
+    lines = ctx.lines
     stamps: list[datetime] = []
     last_prog_ts: datetime | None = None
     prog = set(ctx.progress_idx)

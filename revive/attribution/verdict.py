@@ -296,9 +296,8 @@ def _apply_field_rules(ctx: _Ctx) -> None:
     # 3n. the first collectives timed out while a rank was still preprocessing its dataset: the
     #     process-group timeout is shorter than the preprocessing - the job's configuration, it recurs
     if wd:
-        lines_all = ctx.bundle.job_log.split("\n") if ctx.bundle.job_log else []
         first = min(wd, key=lambda e: e.seq)
-        if first.source == ctx.bundle.job_log_source and first.line_no and _preprocessing_before(lines_all, first.line_no - 1):
+        if first.source == ctx.bundle.job_log_source and first.line_no and _preprocessing_before(ctx.lines, first.line_no - 1):
             for e in wd:
                 e.category, e.domain, e.action = Category.hang, Domain.application, Action.stop_no_retry
                 e.upgraded = ("the collective timed out while a rank was still preprocessing its dataset: the "
@@ -311,7 +310,7 @@ def _apply_field_rules(ctx: _Ctx) -> None:
             e.upgraded = "the error names the host's HCA: its InfiniBand link/port is at fault"
     # 3e. SIGKILL while a checkpoint/model is being loaded or saved, with no OOM line: the host OOM
     #     killer (loading and serialising both materialise the full state in host RAM)
-    lines = ctx.bundle.job_log.split("\n") if ctx.bundle.job_log else []
+    lines = ctx.lines
     prog = set(ctx.progress_idx)
     for e in evs:
         if e.m.role == "root" and _is_sigkill(e) and e.source == ctx.bundle.job_log_source and e.line_no:
@@ -819,7 +818,7 @@ def _stuck_in_init(ctx: _Ctx) -> tuple[str, tuple[Domain, Action]] | None:
     (domain, action). Lightning's membership lines decide the domain: a GLOBAL_RANK claimed twice, or
     only rank 0 of N ever starting, is the launch configuration (Slurm tasks per node against the
     trainer's devices / num_nodes; Lightning-AI/pytorch-lightning#14078) - the same on every retry."""
-    lines = ctx.bundle.job_log.split("\n") if ctx.bundle.job_log else []
+    lines = ctx.lines
     end = next((i for i in range(len(lines) - 1, -1, -1) if "DUE TO TIME LIMIT" in lines[i][:MAX_TEXT]), len(lines))
     tail = [x for x in lines[max(0, end - 400):end] if x.strip()][-INIT_TAIL_LINES:]
     hits = [m for x in tail if (m := _INIT_LINE.search(split_prefix(x[:MAX_TEXT])[0]))]
@@ -846,7 +845,7 @@ def _stuck_in_init(ctx: _Ctx) -> tuple[str, tuple[Domain, Action]] | None:
 def _training_finished(ctx: _Ctx) -> bool:
     """The log shows the last iteration of the run (``iteration N/N``) or a framework's
     end-of-training line."""
-    lines = ctx.bundle.job_log.split("\n")
+    lines = ctx.lines
     for i in reversed(ctx.progress_idx[-5:]):
         m = _FINAL_ITER.search(lines[i][:MAX_TEXT])
         n, it = (log_int(m.group("n")), log_int(m.group("i"))) if m else (None, None)
@@ -959,7 +958,7 @@ def _decide(ctx: _Ctx) -> Attribution:
         silent = _silent_hang(ctx) if len(hints) == len(cascades_all) else ""
         if silent:
             ln = (ctx.progress_idx[-1] + 1) if ctx.progress_idx else None
-            ev = Event(source=bundle.job_log_source, line_no=ln, text=cap_line(bundle.job_log.split("\n")[ln - 1]) if ln else "",
+            ev = Event(source=bundle.job_log_source, line_no=ln, text=cap_line(ctx.lines[ln - 1]) if ln else "",
                        signature_id="engine.silent_hang")
             hint_nodes = sorted({n for h in hints if (n := _ev_node(h, layout, nodes))})
             if hints:
@@ -970,7 +969,7 @@ def _decide(ctx: _Ctx) -> Attribution:
                                    explanation=f"Silent hang: {silent}; the node reports "
                                                f"{hints[0].text.strip()[:80]!r} (ACS/IOMMU redirect GPU peer-to-peer "
                                                "traffic and stall NCCL): a node configuration fault. Requeue without it.")
-            log_lines = bundle.job_log.split("\n")
+            log_lines = ctx.lines
             if _stalled_on_checkpoint_io(log_lines, len(log_lines)):
                 return Attribution(category=Category.io_error, domain=Domain.system,
                                    confidence=_conf("engine.silent_hang", 0.5), root_event=ev,
@@ -1181,7 +1180,7 @@ def _decide(ctx: _Ctx) -> Attribution:
         exc = sig.fields.get("exc_type")
         if exc:
             detail = f" Exception {exc}."
-        detail += _explain_frame(bundle, root)
+        detail += _explain_frame(ctx.lines, bundle, root)
     if root.upgraded:
         detail += f" {root.upgraded}."
     n_casc = len(events) - 1
