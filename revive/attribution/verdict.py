@@ -43,11 +43,12 @@ _AVOID_NODE_SIGS = {"megatron.rerun_other_gpu", "megatron.rerun_same_gpu"}
 """Verdicts of unsettled cause whose remedy is to run elsewhere: the node is named so the requeue
 avoids it (Megatron's rerun state machine must resume on a different GPU to decide)."""
 _SYSTEM_DRAIN = {"storage.hung_task"}
-_NODE_FAILURE_HOST_SIGS = {"slurm.node_failure", "host.node_unreachable"}
-"""Node-failure signatures whose ``host`` field names the node that failed (srun's "Node failure on H";
-an ssh connect to a job node that times out or has no route): blame, not location."""
 """System-domain signatures whose remedy is draining the node (a task stuck in D state on a wedged
 mount): the one exception to "a drain only with domain hardware"."""
+_NODE_FAILURE_HOST_SIGS = {"slurm.node_failure", "host.node_unreachable", "slurm.task_launch_failed"}
+"""Node-failure signatures whose ``host`` field names the node that failed (srun's "Node failure on H"
+and "Task launch ... failed on node H"; an ssh connect to a job node that times out or has no route):
+blame, not location."""
 
 
 def _conf(_sig_id: str, default: float) -> float:
@@ -1065,13 +1066,19 @@ def _decide(ctx: _Ctx) -> Attribution:
         for e in roots:
             if e.category == Category.node_failure and e.m.id in _NODE_FAILURE_HOST_SIGS:
                 h = _norm_host(e.m.fields.get("host"), nodes)
-                if h and h not in culprit_nodes:
-                    culprit_nodes.append(h)
+            elif e.category == Category.node_failure and e.kernel:
+                h = e.node  # a node's own kernel line (panic, fatal machine check): that node
+            else:
+                continue
+            if h and h not in culprit_nodes:
+                culprit_nodes.append(h)
         for n, st in bundle.node_states.items():
             s = st.upper()
             if ("DOWN" in s or "FAIL" in s) and (not nodes or n in nodes) and n not in culprit_nodes:
                 culprit_nodes.append(n)
-        dom, act = Domain.hardware, Action.requeue_exclude_nodes
+        # a failing part (uncorrected host-memory error) is drained; a node that stopped is run around
+        dom, act = Domain.hardware, (Action.drain_and_requeue if act == Action.drain_and_requeue
+                                     else Action.requeue_exclude_nodes)
     elif dom == Domain.hardware:
         hw_node_events = [e for e in roots if e.domain == Domain.hardware and e.tier <= tier
                           and (e.category in _HW_CATEGORIES | {Category.straggler} or e.m.id == sig.id)]

@@ -1,0 +1,88 @@
+"""Node-level faults that only the node's kernel or Slurm names (catalog 2026.12.6).
+
+Incidents as an operator meets them: a rank's NCCL communicator aborts while its node's kernel logs
+an uncorrected memory error; a collective times out while one node's CPU is soft-locked; srun could
+not start the step on one node; the step's program is not on the node; a GPU is held in exclusive
+mode; the container's CUDA needs a newer driver than the node has."""
+
+from __future__ import annotations
+
+from revive.attribution.engine import attribute
+from revive.models import EvidenceBundle, JobRecord
+
+TWO_NODES = JobRecord(job_id="7002", nodes=["gpu-node-001", "gpu-node-002"], state="FAILED")
+TRAINING = ("[2024-03-03 10:00:00] iteration      100/ 1000 | elapsed time per iteration (ms): 500.1 |\n"
+            "[2024-03-03 10:00:05] iteration      110/ 1000 | elapsed time per iteration (ms): 500.3 |\n")
+WATCHDOG = ("[rank9]:[E303 10:35:00.000000 4242 ProcessGroupNCCL.cpp:632] [Rank 9] Watchdog caught collective "
+            "operation timeout: WorkNCCL(SeqNum=1234, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, "
+            "Timeout(ms)=1800000) ran for 1800089 milliseconds before timing out.\n")
+
+
+def run(log: str, kernel: dict[str, list[str]] | None = None) -> object:
+    return attribute(EvidenceBundle(job_log=log, job=TWO_NODES, kernel_logs=kernel or {}))
+
+
+def test_an_uncorrected_host_memory_error_drains_its_node():
+    a = run(TRAINING + "RuntimeError: NCCL communicator was aborted on rank 9.\n",
+            {"gpu-node-002": ["Mar  3 10:04:58 gpu-node-002 kernel: EDAC MC0: 1 UE memory read error on "
+                              "CPU_SrcID#0_Ha#0_Chan#1_DIMM#0 (channel:1 slot:0 page:0x12345)"]})
+    assert a.root_event is not None and a.root_event.signature_id == "host.memory_uncorrected", a.explanation
+    assert (a.category.value, a.domain.value, a.action.value) == ("node_failure", "hardware", "drain_and_requeue")
+    assert a.culprit_nodes == ["gpu-node-002"]
+
+
+def test_corrected_memory_errors_are_not_an_incident_of_their_own():
+    a = run(TRAINING, {"gpu-node-002": ["Mar  3 10:04:58 gpu-node-002 kernel: EDAC MC0: 1 CE memory read error on "
+                                        "CPU_SrcID#0_Ha#0_Chan#1_DIMM#0 (channel:1 slot:0 page:0x12345)",
+                                        "Mar  3 10:04:58 gpu-node-002 kernel: mce: [Hardware Error]: Machine check "
+                                        "events logged"]})
+    assert a.category.value == "none", a.explanation
+
+
+def test_a_collective_timeout_beside_a_soft_locked_cpu_is_that_nodes_hang():
+    a = run(TRAINING + WATCHDOG,
+            {"gpu-node-002": ["Mar  3 10:20:00 gpu-node-002 kernel: watchdog: BUG: soft lockup - CPU#12 stuck for "
+                              "23s! [python:4242]"]})
+    assert a.root_event is not None and a.root_event.signature_id == "host.soft_lockup", a.explanation
+    assert (a.category.value, a.domain.value, a.action.value) == ("hang", "system", "requeue_exclude_nodes")
+    assert a.culprit_nodes == ["gpu-node-002"]
+
+
+def test_a_kernel_panic_is_a_node_failure_of_the_panicked_node():
+    a = run(TRAINING + "srun: error: gpu-node-002: task 1: Killed\n",
+            {"gpu-node-002": ["Mar  3 10:04:58 gpu-node-002 kernel: Kernel panic - not syncing: Fatal exception"]})
+    assert (a.category.value, a.action.value) == ("node_failure", "requeue_exclude_nodes"), a.explanation
+    assert a.culprit_nodes == ["gpu-node-002"]
+
+
+def test_a_step_that_could_not_launch_on_one_node_blames_that_node():
+    a = run("srun: error: Task launch for StepId=7002.0 failed on node gpu-node-002: Communication connection "
+            "failure\nsrun: error: Application launch failed: Communication connection failure\n")
+    assert a.root_event is not None and a.root_event.signature_id == "slurm.task_launch_failed", a.explanation
+    assert (a.category.value, a.action.value, a.culprit_nodes) == ("node_failure", "requeue_exclude_nodes",
+                                                                    ["gpu-node-002"])
+
+
+def test_a_program_missing_from_the_node_and_an_impossible_step_request_stop():
+    for line in ("slurmstepd: error: execve(): torchrun: No such file or directory\n",
+                 "srun: error: Unable to create step for job 7002: Invalid generic resource (gres) specification\n"):
+        a = run(line)
+        assert (a.category.value, a.domain.value, a.action.value) == ("app_bug", "application", "stop_no_retry"), line
+    # a step refused for a passing reason is not the job script's
+    a = run(TRAINING + "srun: error: Unable to create step for job 7002: Job/step already completing or completed\n")
+    assert a.category.value != "app_bug", a.explanation
+
+
+def test_cuda_device_availability_errors_name_the_program_the_node_or_the_driver():
+    cases = {
+        "RuntimeError: No CUDA GPUs are available": ("app_bug", "application", "stop_no_retry"),
+        "gpu-node-002: RuntimeError: CUDA error: all CUDA-capable devices are busy or unavailable":
+            ("cuda_error", "system", "requeue_exclude_nodes"),
+        "RuntimeError: The NVIDIA driver on your system is too old (found version 11040).":
+            ("cuda_error", "system", "stop_no_retry"),
+        "gpu-node-001: Failed to initialize NVML: Driver/library version mismatch":
+            ("cuda_error", "system", "requeue_exclude_nodes"),
+    }
+    for line, want in cases.items():
+        a = run(TRAINING + line + "\n")
+        assert (a.category.value, a.domain.value, a.action.value) == want, (line, a.explanation)
