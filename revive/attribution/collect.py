@@ -106,11 +106,24 @@ def _nodes(bundle: EvidenceBundle) -> list[str]:
     return list(bundle.job.nodes) if bundle.job and bundle.job.nodes else []
 
 
+_IFACE_HOST_SUFFIX = re.compile(r"-(?:ib|eth|hsn|opa|roce|ipoib|bond|mlx)\d*$")
+"""A host name with its network interface appended (``gpu-node-001-ib0``: the name sites give a
+node's InfiniBand/Slingshot address, which torch.elastic and NCCL then print)."""
+
+
 def _norm_host(host: str | None, nodes: list[str]) -> str | None:
+    """The job node that ``host`` (as a log line printed it) names: the node itself, its FQDN
+    (``gpu-node-001.cluster``), or its interface name (``gpu-node-001-ib0``); with no node list,
+    the interface suffix is dropped; ``None`` for no host."""
     if not host:
         return None
-    if not nodes or host in nodes:
+    if host in nodes:
         return host
+    bare = _IFACE_HOST_SUFFIX.sub("", host)
+    if not nodes:
+        return bare or host
+    if bare in nodes:
+        return bare
     for n in nodes:
         if host.startswith(n + ".") or host.endswith("." + n):
             return n

@@ -42,10 +42,11 @@ callers as a module constant until the policy file carries it."""
 _AVOID_NODE_SIGS = {"megatron.rerun_other_gpu", "megatron.rerun_same_gpu"}
 """Verdicts of unsettled cause whose remedy is to run elsewhere: the node is named so the requeue
 avoids it (Megatron's rerun state machine must resume on a different GPU to decide)."""
-_SYSTEM_DRAIN = {"storage.hung_task"}
+_SYSTEM_DRAIN = {"storage.hung_task", "slurm.batch_script_missing"}
 """System-domain signatures whose remedy is draining the node (a task stuck in D state on a wedged
 mount): the one exception to "a drain only with domain hardware"."""
-_NODE_FAILURE_HOST_SIGS = {"slurm.node_failure", "host.node_unreachable", "slurm.task_launch_failed"}
+_NODE_FAILURE_HOST_SIGS = {"slurm.node_failure", "host.node_unreachable", "slurm.task_launch_failed",
+                           "torchelastic.keepalive_failed"}
 """Node-failure signatures whose ``host`` field names the node that failed (srun's "Node failure on H"
 and "Task launch ... failed on node H"; an ssh connect to a job node that times out or has no route):
 blame, not location."""
@@ -141,9 +142,32 @@ def _stalled_on_checkpoint_io(lines: list[str], end: int) -> bool:
 
 _PREPROCESS = re.compile(r"Running tokenizer on dataset|Grouping texts in chunks|Tokeniz(?:ing|e) (?:the )?(?:train(?:ing)? )?"
                          r"(?:dataset|data)\b|[Pp]reprocess(?:ing)? (?:the )?(?:train(?:ing)? )?(?:dataset|data)\b|"
-                         r"^(?:\S+: )?Map(?: \(num_proc=\d+\))?:\s+\d+%")
+                         r"^(?:\S+: )?Map(?: \(num_proc=\d+\))?:\s+\d+%|"
+                         r"^(?:\S+: )?Preparing (?:the )?(?:train(?:ing)?|test|val(?:idation)?|eval(?:uation)?)? ?"
+                         r"(?:set|dataset|data)\b.*\d+%\|")
 """Dataset preprocessing progress (Hugging Face ``datasets`` ``map`` bars and the transformers example
-scripts' ``desc=`` strings such as "Running tokenizer on dataset", "Grouping texts in chunks of N")."""
+scripts' ``desc=`` strings such as "Running tokenizer on dataset", "Grouping texts in chunks of N"; a
+tqdm bar a script names "Preparing test set..." while one rank builds its files, IGNF/myria3d#123)."""
+_BAR = re.compile(r"(?P<pct>\d{1,3})%\|[^|]*\|\s*(?P<i>\d+)/(?P<n>\d+)\b")
+"""A tqdm bar: ``<desc>: 100%|██████████| 330/330 [31:02<00:00, 5.64s/it]`` (tqdm 4.x ``format_meter``)."""
+
+
+def _loop_finished_before(lines: list[str], end: int) -> str:
+    """The last tqdm bar among the 5 non-empty lines before ``end`` (0-based, exclusive) if it
+    shows its loop done (100 %, N/N), else ""."""
+    seen = 0
+    for j in range(end - 1, max(-1, end - 60), -1):
+        x = lines[j].strip()
+        if not x:
+            continue
+        seen += 1
+        m = _BAR.search(split_prefix(x[:MAX_TEXT])[0])
+        if m:
+            i, n = log_int(m.group("i")), log_int(m.group("n"))
+            return x[:120] if m.group("pct") == "100" and i is not None and n and i >= n else ""
+        if seen >= 5:
+            return ""
+    return ""
 
 
 _SAVE_START = re.compile(r"\b[Ss]aving (?:a |the )?(?:full |final |distributed |sharded |async |model )?checkpoint\b|"
@@ -220,7 +244,7 @@ def _preprocessing_before(lines: list[str], end: int) -> bool:
         if not x:
             continue
         seen += 1
-        if _PREPROCESS.search(x[:MAX_TEXT]):
+        if _PREPROCESS.search(split_prefix(x[:MAX_TEXT])[0]):
             return True
         if seen >= 5:
             return False
@@ -242,8 +266,60 @@ def _is_sigkill(e: _Ev) -> bool:
     return e.m.id == "slurm.exit_sigkill"
 
 
+_COMM_RECLAIM = re.compile(r"commReclaim: cleanup comm \S+ rank \d+ failed in destroy/abort")
+"""NCCL init.cc (2.19+) ``commReclaim: cleanup comm %p rank %d failed in destroy/abort, error %d``:
+a communicator's teardown (ncclCommDestroy/Abort) failed; the WARN lines just above it are that
+teardown's own errors."""
+
+
+_GPU_DRIVER_FRAME = re.compile(r"\[nvidia(?:_uvm|_modeset|_peermem)?\]")
+_FS_FRAME = re.compile(r"\b(?:nfs\w*|rpc_\w+|lustre|ll_\w+|ptlrpc|osc_\w+|ext4_\w+|xfs_\w+|jbd2\w*|fuse_\w+|"
+                       r"ceph_\w+|btrfs_\w+|ovl_\w+|gpfs|mmfs\w*|wait_on_page_bit\w*|folio_wait\w*|"
+                       r"io_schedule\w*|blk_\w+)")
+"""Kernel stack frames: the NVIDIA driver's modules (``[nvidia_uvm]``) and the file-system / block /
+page-cache frames of a task blocked on storage (Linux 5.x-6.x, Lustre 2.x, GPFS ``mmfs``)."""
+
+
+def _stack_in_gpu_driver(ctx: _Ctx, e: _Ev) -> bool:
+    """The call trace that follows the hung-task line ``e`` (the next 60 lines of its kernel log, up
+    to the next task report) has an NVIDIA-driver frame and no file-system frame."""
+    key = e.source.split(":", 1)[1] if ":" in e.source else ""
+    lines = ctx.bundle.kernel_logs.get(key, [])
+    gpu = fs = False
+    for x in lines[e.line_no:e.line_no + 60]:
+        x = x[:MAX_TEXT]
+        if "blocked for more than" in x or "state:D" in x:
+            break
+        gpu = gpu or bool(_GPU_DRIVER_FRAME.search(x))
+        fs = fs or bool(_FS_FRAME.search(x))
+    return gpu and not fs
+
+
+def _teardown_errors(ctx: _Ctx) -> None:
+    """Rule 3ap. NCCL roots printed by the same host in the 2 lines before a ``commReclaim ... failed
+    in destroy/abort`` line are errors of the communicator's teardown, after its work (NVIDIA/nccl-tests#365:
+    an NVLS handle already released): they become benign and say so in the engine notes. Earlier NCCL
+    errors, and anything after the teardown, keep their own verdict."""
+    idx = [i for i, x in enumerate(ctx.lines) if "commReclaim" in x[:MAX_TEXT] and _COMM_RECLAIM.search(x[:MAX_TEXT])]
+    if not idx:
+        return
+    src = ctx.bundle.job_log_source
+    for t in idx:
+        host = split_prefix(ctx.lines[t][:MAX_TEXT])[1].host
+        for e in ctx.events:
+            if (e.m.role == "root" and e.m.family == "nccl" and e.source == src and e.line_no
+                    and t - 2 <= e.line_no - 1 < t and (host is None or e.node is None or e.node == host
+                                                        or split_prefix(e.text)[1].host == host)):
+                e.m = e.m.model_copy(update={"role": "benign"})
+                note = (f"{e.m.id} on line {e.line_no} is the NCCL communicator's teardown failing "
+                        f"(line {t + 1}: commReclaim ... failed in destroy/abort), not a fault of the run")
+                if note not in ctx.notes:
+                    ctx.notes.append(note)
+
+
 def _apply_field_rules(ctx: _Ctx) -> None:
     """Precedence rules learnt from the field (docs/attribution.md, rules 3a-3d)."""
+    _teardown_errors(ctx)
     evs = ctx.events
     xids = [(e, _xid_code(e)) for e in evs if e.m.id == "xid.event"]
     # 3a. CUDA OOM / cuDNN failures on a node whose driver logged Xid 31/43/48: the GPU's fault
@@ -294,6 +370,21 @@ def _apply_field_rules(ctx: _Ctx) -> None:
         for e in wd:
             e.category, e.domain, e.tier, e.action = Category.app_bug, Domain.application, 3, Action.stop_no_retry
             e.upgraded = mismatch
+    # 3ao. the last progress before the first collective timeout is a loop that finished (a bar at
+    #     100 %, N/N): this rank did all its work and then waited the whole timeout for ranks that
+    #     never reached the collective - uneven work per rank (generation lengths, data shards) or a
+    #     rank-dependent path: the program's, it recurs (EleutherAI/lm-evaluation-harness#1404)
+    if wd and not mismatch:
+        first = min(wd, key=lambda e: e.seq)
+        done = (_loop_finished_before(ctx.lines, first.line_no - 1)
+                if first.source == ctx.bundle.job_log_source and first.line_no else "")
+        if done:
+            for e in wd:
+                e.category, e.domain, e.action = Category.hang, Domain.application, Action.stop_no_retry
+                e.upgraded = (f"the last progress before the timeout is a finished loop ({done!r}): this rank "
+                              "did all its work and then waited out the process-group timeout for ranks that "
+                              "never reached the collective - uneven work per rank or a rank-dependent code "
+                              "path, the same on every retry (balance the work, or raise the timeout)")
     # 3n. the first collectives timed out while a rank was still preprocessing its dataset: the
     #     process-group timeout is shorter than the preprocessing - the job's configuration, it recurs
     if wd:
@@ -354,6 +445,16 @@ def _apply_field_rules(ctx: _Ctx) -> None:
                     e.domain, e.action = Domain.system, Action.stop_no_retry
                     e.upgraded = (f"{why}: addresses that do not reach the other hosts - the nodes' network "
                                   "configuration (set NCCL_SOCKET_IFNAME); it recurs on a retry")
+    # 3aq. a task in D state whose kernel stack is inside the NVIDIA driver (nvidia / nvidia_uvm frames)
+    #      and no file system: the process is stuck in the GPU driver, not on storage - a hang of that
+    #      node (reboot it before it takes jobs); why the driver lock was held is not in the evidence
+    for e in evs:
+        if e.m.id == "storage.hung_task" and e.m.role == "root" and e.kernel and e.line_no:
+            if _stack_in_gpu_driver(ctx, e):
+                e.category, e.domain, e.action = Category.hang, Domain.unknown, Action.requeue_exclude_nodes
+                e.upgraded = ("the blocked task's kernel stack is inside the NVIDIA driver (nvidia/nvidia_uvm "
+                              "frames, no file-system frame): the process is stuck in the GPU driver on that "
+                              "node, not on storage - requeue without the node (it needs a reboot)")
     # 3i. a hang whose last activity was loading/downloading a checkpoint: the storage stalled
     for e in evs:
         if e.m.role == "root" and e.category == Category.hang and e.source == ctx.bundle.job_log_source and e.line_no:
@@ -1063,9 +1164,14 @@ def _decide(ctx: _Ctx) -> Attribution:
     extra = ""
     hw_node_events: list[_Ev] = []
     if cat == Category.node_failure:
+        keepalive = {_norm_host(e.m.fields.get("host"), nodes) for e in roots if e.m.id == "torchelastic.keepalive_failed"}
         for e in roots:
+            if e.m.id == "torchelastic.keepalive_failed" and len(keepalive) > 1:
+                continue  # several nodes lost the rendezvous: the store's side, not theirs
             if e.category == Category.node_failure and e.m.id in _NODE_FAILURE_HOST_SIGS:
                 h = _norm_host(e.m.fields.get("host"), nodes)
+            elif e.m.id == "slurm.batch_script_missing":
+                h = nodes[0] if nodes else None  # the batch step runs on the allocation's first node
             elif e.category == Category.node_failure and e.kernel:
                 h = e.node  # a node's own kernel line (panic, fatal machine check): that node
             else:
@@ -1076,9 +1182,11 @@ def _decide(ctx: _Ctx) -> Attribution:
             s = st.upper()
             if ("DOWN" in s or "FAIL" in s) and (not nodes or n in nodes) and n not in culprit_nodes:
                 culprit_nodes.append(n)
-        # a failing part (uncorrected host-memory error) is drained; a node that stopped is run around
-        dom, act = Domain.hardware, (Action.drain_and_requeue if act == Action.drain_and_requeue
-                                     else Action.requeue_exclude_nodes)
+        # a failing part (uncorrected host-memory error, a node's broken Slurm spool) is drained; a node
+        # that stopped is run around. The domain is the root's when it says system or unknown (a node's
+        # software state, a node that dropped out for no stated reason), else the node's hardware.
+        dom = dom if dom in (Domain.system, Domain.unknown) else Domain.hardware
+        act = Action.drain_and_requeue if act == Action.drain_and_requeue else Action.requeue_exclude_nodes
     elif dom == Domain.hardware:
         hw_node_events = [e for e in roots if e.domain == Domain.hardware and e.tier <= tier
                           and (e.category in _HW_CATEGORIES | {Category.straggler} or e.m.id == sig.id)]
@@ -1095,9 +1203,11 @@ def _decide(ctx: _Ctx) -> Attribution:
             if culprit_nodes:
                 extra += f" Slurm reports {', '.join(culprit_nodes)} down/drained: the fault is placed there."
     elif (dom == Domain.system and act in (Action.requeue_exclude_nodes, Action.drain_and_requeue)) or (
-            cat in (Category.nvlink, Category.gpu_hardware, Category.gpu_memory_ecc)) or sig.id in _AVOID_NODE_SIGS:
+            cat in (Category.nvlink, Category.gpu_hardware, Category.gpu_memory_ecc)) or sig.id in _AVOID_NODE_SIGS or (
+            root.kernel and act == Action.requeue_exclude_nodes):
         # node-local system faults (memlock limit, /dev/shm, fabric manager, ACS/IOMMU, a wedged
-        # mount) and NVLink/GPU faults of unproven severity: the node is where it happened
+        # mount), NVLink/GPU faults of unproven severity and a node's own kernel line that says run
+        # elsewhere (a task stuck in the GPU driver): the node is where it happened
         for e in roots:
             if e.m.id == sig.id or e is root:
                 node = _ev_node(e, layout, nodes)

@@ -86,3 +86,35 @@ def test_cuda_device_availability_errors_name_the_program_the_node_or_the_driver
     for line, want in cases.items():
         a = run(TRAINING + line + "\n")
         assert (a.category.value, a.domain.value, a.action.value) == want, (line, a.explanation)
+
+
+def test_a_batch_script_gone_from_the_nodes_spool_drains_the_batch_host():
+    job = JobRecord(job_id="89", nodes=["gpu-node-004", "gpu-node-005"], state="FAILED")
+    a = attribute(EvidenceBundle(job_log="slurmstepd: error: execve(): /tmp/slurmd/job00089/slurm_script: No such "
+                                         "file or directory\n", job=job))
+    assert (a.category.value, a.domain.value, a.action.value) == ("node_failure", "system", "drain_and_requeue")
+    assert a.culprit_nodes == ["gpu-node-004"], a.explanation
+
+
+def test_one_node_that_lost_the_rendezvous_is_named_several_are_not():
+    line = ("WARNING:torch.distributed.elastic.rendezvous.dynamic_rendezvous:The node '{h}-ib0_187281_0' has failed "
+            "to send a keep-alive heartbeat to the rendezvous 'none' due to an error of type RendezvousConnectionError.\n")
+    a = run(TRAINING + line.format(h="gpu-node-001") * 3)
+    assert (a.category.value, a.domain.value, a.action.value) == ("node_failure", "unknown", "requeue_exclude_nodes")
+    assert a.culprit_nodes == ["gpu-node-001"], a.explanation  # gpu-node-001-ib0 is gpu-node-001's IB name
+    b = run(TRAINING + line.format(h="gpu-node-001") + line.format(h="gpu-node-002"))
+    assert b.culprit_nodes == [] and b.action.value == "restart_in_place", b.explanation
+
+
+def test_a_task_stuck_in_the_gpu_driver_is_a_hang_of_the_node_not_a_storage_stall():
+    trace = ["[  +0.000049] task:python3.11      state:D stack:    0 pid:15277 ppid: 15257 flags:0x00000002",
+             "[  +0.000006] Call Trace:", "[  +0.000011]  schedule+0x4e/0xb0", "[  +0.000005]  mutex_lock+0x34/0x40",
+             "[  +0.000005]  uvm_page_tree_get_ptes_async+0x93/0x970 [nvidia_uvm]",
+             "[  +0.000028]  uvm_ioctl+0x13e0/0x16f0 [nvidia_uvm]"]
+    a = run(TRAINING, {"gpu-node-002": trace})
+    assert (a.category.value, a.action.value, a.culprit_nodes) == ("hang", "requeue_exclude_nodes",
+                                                                   ["gpu-node-002"]), a.explanation
+    # the same D state on a file system is storage's: the node's mount, drained
+    nfs = trace[:4] + ["[  +0.000005]  nfs_wait_bit_killable+0x20/0x80 [nfs]", "[  +0.000005]  rpc_wait_bit_killable"]
+    b = run(TRAINING, {"gpu-node-002": nfs})
+    assert (b.category.value, b.action.value) == ("io_error", "drain_and_requeue"), b.explanation
