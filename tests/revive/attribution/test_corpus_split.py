@@ -36,3 +36,15 @@ def test_same_thread_same_set_and_enough_test_negatives():
     assert all(len(v) == 1 for v in by_key.values())
     assert negatives >= mod.MIN_TEST_NEGATIVES
     assert mod.source_key("https://github.com/a/b/issues/1#issuecomment-123") == "https://github.com/a/b/issues/1"
+
+
+def test_first_looks_cover_every_dev_case_and_never_a_test_case():
+    """first_look.yaml (what each case's round's engine said before rules were written from it) feeds
+    the confidence fit: it must hold every dev case, and no test case (the test set is never scored
+    case by case)."""
+    mod = _mod()
+    split = mod.load_split()
+    rows = yaml.safe_load((mod.HERE / "first_look.yaml").read_text(encoding="utf-8"))
+    assert set(rows) == {c for c, s in split.items() if s == "dev"}
+    assert all(set(r) == {"engine", "raw", "category", "domain", "action"} for r in rows.values())
+    assert all(0.0 <= r["raw"] <= 1.0 for r in rows.values())
