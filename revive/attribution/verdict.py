@@ -304,12 +304,15 @@ def _teardown_errors(ctx: _Ctx) -> None:
     if not idx:
         return
     src = ctx.bundle.job_log_source
-    for t in idx:
+    by_line: dict[int, list[_Ev]] = {}
+    for e in ctx.events:
+        if e.m.role == "root" and e.m.family == "nccl" and e.source == src and e.line_no:
+            by_line.setdefault(e.line_no, []).append(e)
+    for t in idx:  # line t + 1 (1-based) is the teardown line: its two predecessors are t - 1 and t
         host = split_prefix(ctx.lines[t][:MAX_TEXT])[1].host
-        for e in ctx.events:
-            if (e.m.role == "root" and e.m.family == "nccl" and e.source == src and e.line_no
-                    and t - 2 <= e.line_no - 1 < t and (host is None or e.node is None or e.node == host
-                                                        or split_prefix(e.text)[1].host == host)):
+        for e in by_line.get(t - 1, []) + by_line.get(t, []):
+            if e.m.role == "root" and (host is None or e.node is None or e.node == host
+                                       or split_prefix(e.text)[1].host == host):
                 e.m = e.m.model_copy(update={"role": "benign"})
                 note = (f"{e.m.id} on line {e.line_no} is the NCCL communicator's teardown failing "
                         f"(line {t + 1}: commReclaim ... failed in destroy/abort), not a fault of the run")
