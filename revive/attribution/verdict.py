@@ -46,7 +46,7 @@ _SYSTEM_DRAIN = {"storage.hung_task", "slurm.batch_script_missing"}
 """System-domain signatures whose remedy is draining the node (a task stuck in D state on a wedged
 mount): the one exception to "a drain only with domain hardware"."""
 _NODE_FAILURE_HOST_SIGS = {"slurm.node_failure", "host.node_unreachable", "slurm.task_launch_failed",
-                           "torchelastic.keepalive_failed"}
+                           "torchelastic.keepalive_failed", "ray.node_dead"}
 """Node-failure signatures whose ``host`` field names the node that failed (srun's "Node failure on H"
 and "Task launch ... failed on node H"; an ssh connect to a job node that times out or has no route):
 blame, not location."""
@@ -208,7 +208,11 @@ def _hung_in_checkpoint_save(lines: list[str], end: int, progress: set[int]) -> 
 
 
 _NET_SOCKET = re.compile(r"NET/Socket : Using")
-_IFACE = re.compile(r"\[\d+\](?P<name>[\w.@-]+):")
+_IFACE = re.compile(r"\[\d+\](?P<name>[\w.@-]+):(?P<addr>[0-9a-fA-F:.%\w]*?)<")
+_LINK_LOCAL = re.compile(r"^169\.254\.")
+"""IPv4 link-local addresses (RFC 3927, 169.254.0.0/16: EKS Pod Identity's ``pod-id-link0``, cloud
+metadata links): never routed to another host. IPv6 link-local (fe80::/10) is not counted: NCCL
+connects to it with a scope id, which works between hosts on one L2 segment (shared case 013)."""
 _VIRTUAL_IFACE = re.compile(r"^(?:docker\d*|br-[0-9a-f]{6,}|veth[\w@-]*|virbr\d+|cni\d*|flannel[\w.]*|cali[0-9a-f]+|"
                             r"lxcbr\d+|podman\d+|tunl\d+)$")
 """Container/virtual interfaces (docker0, docker bridges ``br-<id>``, ``veth*`` pairs, libvirt ``virbr*``,
@@ -216,19 +220,26 @@ CNI/flannel/calico, lxc, podman): host-local addresses that do not route to anot
 
 
 def _socket_ifaces_unroutable(lines: list[str], multi_node: bool) -> str:
-    """What NCCL's socket transport chose that cannot reach another host: the virtual interfaces it lists
-    (``NCCL INFO NET/Socket : Using [0]bond0:… [1]br-05ab…:…``, one line or continued on the next lines),
-    or only loopback in a multi-node job. ``""`` when the listing shows nothing of the kind."""
+    """What NCCL's socket transport chose that cannot reach another host: an IPv4 link-local address it
+    lists (``[1]pod-id-link0:169.254.170.23<0>``), the virtual
+    interfaces it lists (``NCCL INFO NET/Socket : Using [0]bond0:… [1]br-05ab…:…``, one line or continued
+    on the next lines), or only loopback in a multi-node job. ``""`` when the log shows nothing of the kind."""
     for i, x in enumerate(lines):
         if not _NET_SOCKET.search(x[:MAX_TEXT]):
             continue
-        names = [m.group("name") for m in _IFACE.finditer(x[:MAX_TEXT])]
+        found = list(_IFACE.finditer(x[:MAX_TEXT]))
+        names = [m.group("name") for m in found]
+        local = [f"{m.group('name')}:{m.group('addr')}" for m in found if _LINK_LOCAL.match(m.group("addr") or "")]
         for y in lines[i + 1:i + 65]:
             y = split_prefix(y[:MAX_TEXT])[0]  # a continuation line carries the same launcher prefix
             if not re.match(r"\s*\[\d+\][\w.@-]+:", y):
                 break
-            names += [m.group("name") for m in _IFACE.finditer(y[:MAX_TEXT])]
+            more = list(_IFACE.finditer(y[:MAX_TEXT]))
+            names += [m.group("name") for m in more]
+            local += [f"{m.group('name')}:{m.group('addr')}" for m in more if _LINK_LOCAL.match(m.group("addr") or "")]
         virtual = [n for n in names if _VIRTUAL_IFACE.match(n)]
+        if local:
+            return f"NCCL's socket transport uses link-local interfaces ({', '.join(local[:3])})"
         if virtual:
             return f"NCCL's socket transport uses container/virtual interfaces ({', '.join(virtual[:3])}…)"
         if multi_node and names and all(n == "lo" for n in names):
@@ -320,9 +331,39 @@ def _teardown_errors(ctx: _Ctx) -> None:
                     ctx.notes.append(note)
 
 
+def _ignored_exceptions(ctx: _Ctx) -> None:
+    """Rule 3as. A Python exception printed under ``Exception ignored in: <…>`` (CPython's unraisable
+    hook, sys.unraisablehook: an exception in ``__del__``, a weakref callback or at interpreter exit) was
+    swallowed by the interpreter - the program went on (simpletransformers#763: a DataLoader iterator's
+    ``__del__`` in a forked helper): benign, named in the engine notes."""
+    src = ctx.bundle.job_log_source
+    for e in ctx.events:
+        if not (e.m.role == "root" and e.m.family == "python" and e.source == src and e.line_no):
+            continue
+        for j in range(e.line_no - 2, max(-1, e.line_no - 62), -1):
+            body = split_prefix(ctx.lines[j][:MAX_TEXT])[0].strip()
+            if body.startswith("Exception ignored in"):
+                ignored = True
+            elif body.startswith("Traceback (most recent call last)"):
+                k = j - 1
+                while k >= 0 and not ctx.lines[k].strip():
+                    k -= 1
+                ignored = k >= 0 and split_prefix(ctx.lines[k][:MAX_TEXT])[0].strip().startswith("Exception ignored in")
+            else:
+                continue
+            if ignored:
+                e.m = e.m.model_copy(update={"role": "benign"})
+                note = (f"{e.m.id} on line {e.line_no} was printed under 'Exception ignored in': the interpreter "
+                        "swallowed it and the program went on")
+                if note not in ctx.notes:
+                    ctx.notes.append(note)
+            break
+
+
 def _apply_field_rules(ctx: _Ctx) -> None:
     """Precedence rules learnt from the field (docs/attribution.md, rules 3a-3d)."""
     _teardown_errors(ctx)
+    _ignored_exceptions(ctx)
     evs = ctx.events
     xids = [(e, _xid_code(e)) for e in evs if e.m.id == "xid.event"]
     # 3a. CUDA OOM / cuDNN failures on a node whose driver logged Xid 31/43/48: the GPU's fault

@@ -118,3 +118,24 @@ def test_a_task_stuck_in_the_gpu_driver_is_a_hang_of_the_node_not_a_storage_stal
     nfs = trace[:4] + ["[  +0.000005]  nfs_wait_bit_killable+0x20/0x80 [nfs]", "[  +0.000005]  rpc_wait_bit_killable"]
     b = run(TRAINING, {"gpu-node-002": nfs})
     assert (b.category.value, b.action.value) == ("io_error", "drain_and_requeue"), b.explanation
+
+
+def test_a_ray_worker_node_marked_dead_is_a_node_failure_named_by_its_ip():
+    a = attribute(EvidenceBundle(job_log=(
+        "(BaseWorkerMixin pid=5137, ip=10.0.0.103) loss: 2.019226  [ 6400/30000]\n"
+        "2022-02-15 16:53:52,096\tWARNING worker.py:1462 -- The node with node id: 8f205b12643d and ip: 10.0.0.103 "
+        "has been marked dead because the detector has missed too many heartbeats from it.\n"
+        "(BackendExecutor pid=5126, ip=10.0.0.32) ERROR utils.py:42 -- The actor died unexpectedly before finishing "
+        "this task.\n")))
+    assert (a.category.value, a.action.value, a.culprit_nodes) == ("node_failure", "requeue_exclude_nodes",
+                                                                   ["10.0.0.103"]), a.explanation
+
+
+def test_a_pod_killed_at_its_memory_limit_stops_and_an_eviction_restarts():
+    a = run("    Last State:     Terminated\n      Reason:       OOMKilled\n      Exit Code:    137\n")
+    assert (a.category.value, a.domain.value, a.action.value) == ("oom_host", "application", "stop_no_retry")
+    b = run("Status:         Failed\nReason:         Evicted\nMessage:        The node was low on resource: memory.\n")
+    assert (b.category.value, b.action.value) == ("oom_host", "restart_in_place"), b.explanation
+    c = run("Status:         Failed\nReason:         Evicted\nMessage:        The node was low on resource: "
+            "ephemeral-storage.\n")
+    assert c.category.value != "oom_host", c.explanation

@@ -66,3 +66,36 @@ def test_launch_configuration_errors_stop():
                  "address. The server socket has failed to bind to [::]:29500 (errno: 98 - Address already in use)."):
         a = run(line + "\n")
         assert (a.category.value, a.domain.value, a.action.value) == ("app_bug", "application", "stop_no_retry"), line
+
+
+def test_an_exception_the_interpreter_ignored_is_no_incident():
+    a = attribute(EvidenceBundle(job_log=(
+        "Epochs 5/15. Running Loss: 0.0001: 100%\n"
+        "Exception ignored in: <function _MultiProcessingDataLoaderIter.__del__ at 0x7f0b2c1e8d30>\n"
+        "Traceback (most recent call last):\n"
+        '  File "/usr/lib/python3/site-packages/torch/utils/data/dataloader.py", line 1466, in __del__\n'
+        "    self._shutdown_workers()\n"
+        "AssertionError: can only join a child process\n"
+        "Epochs 6/15. Running Loss: 0.0001: 100%\n")))
+    assert a.category.value == "none", a.explanation
+    assert "Exception ignored" in a.explanation
+    # the same exception raised by the program's own traceback is the program's
+    b = run("Traceback (most recent call last):\n  File \"train.py\", line 9, in <module>\n"
+            "AssertionError: can only join a child process\n")
+    assert b.category.value == "app_bug", b.explanation
+
+
+def test_nccl_setup_errors_of_the_cluster_network_stop():
+    for line in ("gpu-node-001:41388:41526 [0] register_mr_buffers:544 NCCL WARN NET/OFI Unable to register memory "
+                 "(type = 2) for device 0. RC: -22, Error: Invalid argument",
+                 "gpu-node-001:1:2 [0] misc/socket.cc:484 NCCL WARN ncclSocketInit: connecting to address with "
+                 "family 0 is neither AF_INET(2) nor AF_INET6(10)"):
+        a = run(line + "\n")
+        assert (a.category.value, a.domain.value, a.action.value) == ("nccl_error", "system", "stop_no_retry"), line
+
+
+def test_nccl_sockets_on_an_ipv4_link_local_interface_are_the_network_configuration():
+    a = run("worker-0:412:412 [0] NCCL INFO NET/Socket : Using [0]enp73s0:10.0.216.156<0> "
+            "[1]pod-id-link0:169.254.170.23<0>\n"
+            "RuntimeError: NCCL error: remote process exited or there was a network error\n")
+    assert (a.domain.value, a.action.value) == ("system", "stop_no_retry"), a.explanation
