@@ -4,6 +4,7 @@ the calibrated confidence."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 from revive.attribution.calibrate import apply as apply_calibration
@@ -125,19 +126,22 @@ _CKPT_IO = re.compile(r"[Dd]ownload(?:ing|ed)? .*(?:checkpoint|shards?|weights)|
                       r"[Rr]estoring (?:from )?checkpoint|[Rr]eading checkpoint")
 
 
+def _last_lines(lines: list[str], end: int, n: int, window: int) -> Iterator[str]:
+    """The last ``n`` non-empty lines before index ``end`` (0-based, exclusive), stripped and capped at
+    ``MAX_TEXT``, newest first, looking back at most ``window`` lines."""
+    seen = 0
+    for j in range(end - 1, max(-1, end - window), -1):
+        x = lines[j].strip()
+        if x:
+            yield x[:MAX_TEXT]
+            seen += 1
+            if seen >= n:
+                return
+
+
 def _stalled_on_checkpoint_io(lines: list[str], end: int) -> bool:
     """The last few non-empty lines before ``end`` (0-based, exclusive) talk about checkpoint I/O."""
-    seen = 0
-    for j in range(end - 1, max(-1, end - 40), -1):
-        x = lines[j].strip()
-        if not x:
-            continue
-        seen += 1
-        if _CKPT_IO.search(x[:MAX_TEXT]):
-            return True
-        if seen >= 3:
-            return False
-    return False
+    return any(_CKPT_IO.search(x) for x in _last_lines(lines, end, 3, 40))
 
 
 _PREPROCESS = re.compile(r"Running tokenizer on dataset|Grouping texts in chunks|Tokeniz(?:ing|e) (?:the )?(?:train(?:ing)? )?"
@@ -155,18 +159,11 @@ _BAR = re.compile(r"(?P<pct>\d{1,3})%\|[^|]*\|\s*(?P<i>\d+)/(?P<n>\d+)\b")
 def _loop_finished_before(lines: list[str], end: int) -> str:
     """The last tqdm bar among the 5 non-empty lines before ``end`` (0-based, exclusive) if it
     shows its loop done (100 %, N/N), else ""."""
-    seen = 0
-    for j in range(end - 1, max(-1, end - 60), -1):
-        x = lines[j].strip()
-        if not x:
-            continue
-        seen += 1
-        m = _BAR.search(split_prefix(x[:MAX_TEXT])[0])
+    for x in _last_lines(lines, end, 5, 60):
+        m = _BAR.search(split_prefix(x)[0])
         if m:
             i, n = log_int(m.group("i")), log_int(m.group("n"))
             return x[:120] if m.group("pct") == "100" and i is not None and n and i >= n else ""
-        if seen >= 5:
-            return ""
     return ""
 
 
@@ -249,17 +246,7 @@ def _socket_ifaces_unroutable(lines: list[str], multi_node: bool) -> str:
 
 def _preprocessing_before(lines: list[str], end: int) -> bool:
     """One of the last 5 non-empty lines before ``end`` (0-based, exclusive) is dataset preprocessing."""
-    seen = 0
-    for j in range(end - 1, max(-1, end - 60), -1):
-        x = lines[j].strip()
-        if not x:
-            continue
-        seen += 1
-        if _PREPROCESS.search(split_prefix(x[:MAX_TEXT])[0]):
-            return True
-        if seen >= 5:
-            return False
-    return False
+    return any(_PREPROCESS.search(split_prefix(x)[0]) for x in _last_lines(lines, end, 5, 60))
 
 
 def _after(e: _Ev, ref: _Ev) -> bool:
