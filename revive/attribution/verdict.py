@@ -128,7 +128,7 @@ _CKPT_IO = re.compile(r"[Dd]ownload(?:ing|ed)? .*(?:checkpoint|shards?|weights)|
 
 def _last_lines(lines: list[str], end: int, n: int, window: int) -> Iterator[str]:
     """The last ``n`` non-empty lines before index ``end`` (0-based, exclusive), stripped and capped at
-    ``MAX_TEXT``, newest first, looking back at most ``window`` lines."""
+    ``MAX_TEXT``, newest first, looking no further back than index ``end - window + 1``."""
     seen = 0
     for j in range(end - 1, max(-1, end - window), -1):
         x = lines[j].strip()
