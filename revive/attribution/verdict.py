@@ -43,6 +43,10 @@ callers as a module constant until the policy file carries it."""
 _AVOID_NODE_SIGS = {"megatron.rerun_other_gpu", "megatron.rerun_same_gpu"}
 """Verdicts of unsettled cause whose remedy is to run elsewhere: the node is named so the requeue
 avoids it (Megatron's rerun state machine must resume on a different GPU to decide)."""
+_GPU_REQUEST = re.compile(r"--gres[= ](?:\S*:)?gpu\b|--gpus(?:-per-(?:node|task|socket))?[= ]\S|\bSLURM_(?:JOB|STEP)_GPUS="
+                          r"|--gres=gpu|\bnvidia\.com/gpu\b")
+"""The job asked its scheduler for GPUs: srun/sbatch ``--gres=gpu:…``, ``--gpus[-per-node]=N``, Slurm's
+``SLURM_JOB_GPUS=`` / ``SLURM_STEP_GPUS=``, a Kubernetes ``nvidia.com/gpu`` limit."""
 _SYSTEM_DRAIN = {"storage.hung_task", "slurm.batch_script_missing"}
 """System-domain signatures whose remedy is draining the node (a task stuck in D state on a wedged
 mount): the one exception to "a drain only with domain hardware"."""
@@ -476,6 +480,16 @@ def _apply_field_rules(ctx: _Ctx) -> None:
                     e.domain, e.action = Domain.system, Action.stop_no_retry
                     e.upgraded = (f"{why}: addresses that do not reach the other hosts - the nodes' network "
                                   "configuration (set NCCL_SOCKET_IFNAME); it recurs on a retry")
+    # 3au. no GPU visible to a job that asked its scheduler for GPUs: the site's device binding (cgroup
+    #      ConstrainDevices, CUDA_VISIBLE_DEVICES against the container's /dev/nvidia*), not the job's
+    #      script (NVIDIA/pyxis#47) - the same on every retry until the site's configuration changes
+    nodev = [e for e in evs if e.m.id == "cuda.no_visible_device" and e.m.role == "root"]
+    if nodev and any(_GPU_REQUEST.search(x[:MAX_TEXT]) for x in ctx.lines[:400]):
+        for e in nodev:
+            e.category, e.domain, e.action = Category.cuda_error, Domain.system, Action.stop_no_retry
+            e.upgraded = ("the job asked the scheduler for GPUs and its process sees none (or not the one it was "
+                          "given): the site's GPU binding (cgroup devices, CUDA_VISIBLE_DEVICES against the "
+                          "container's /dev/nvidia*), not the job's script")
     # 3aq. a task in D state whose kernel stack is inside the NVIDIA driver (nvidia / nvidia_uvm frames)
     #      and no file system: the process is stuck in the GPU driver, not on storage - a hang of that
     #      node (reboot it before it takes jobs); why the driver lock was held is not in the evidence
@@ -945,7 +959,7 @@ _INIT_LINE = re.compile(
 INIT_TAIL_LINES = 30
 
 
-def _stuck_in_init(ctx: _Ctx) -> tuple[str, tuple[Domain, Action]] | None:
+def _stuck_in_init(ctx: _Ctx, ended_by: str = "The time limit") -> tuple[str, tuple[Domain, Action]] | None:
     """Rule 3al. The attempt's last ``INIT_TAIL_LINES`` non-empty lines before Slurm's time-limit line
     hold distributed start-up lines (``_INIT_LINE``) and the attempt printed no progress: why, and
     (domain, action). Lightning's membership lines decide the domain: a GLOBAL_RANK claimed twice, or
@@ -959,7 +973,7 @@ def _stuck_in_init(ctx: _Ctx) -> tuple[str, tuple[Domain, Action]] | None:
         return None
     members = [(g, n) for m in hits if m.group("g") is not None
                and (g := log_int(m.group("g"))) is not None and (n := log_int(m.group("n"))) is not None]
-    why = ("The time limit ended an attempt that never reached a first training step; its log ends in the "
+    why = (f"{ended_by} ended an attempt that never reached a first training step; its log ends in the "
            "distributed start-up: the start-up hung.")
     if members:
         ranks = [g for g, _ in members]
@@ -1129,6 +1143,15 @@ def _decide(ctx: _Ctx) -> Attribution:
                                node_notes=node_notes,
                                explanation=f"Silent hang: {silent}. Restart in place; if it recurs at the same "
                                            "point, it is the application's (collect py-spy stacks).")
+        # 3at. cancelled by a person (not at its time limit) while still in the distributed start-up, never
+        #      having trained: the start-up hung (LLaMA-Factory#3534: every communicator "Init COMPLETE", then nothing)
+        state = ((bundle.job.state if bundle.job else "") or "").upper()
+        if (state.startswith("CANCELLED") and ctx.first_progress_seq is None and not cascades_all
+                and not any("DUE TO TIME LIMIT" in x[:MAX_TEXT] for x in ctx.lines[-50:])
+                and (init := _stuck_in_init(ctx, ended_by="A cancellation"))):
+            dom_i, act_i = init[1]
+            return Attribution(category=Category.hang, domain=dom_i, confidence=_conf("engine.silent_hang", 0.5),
+                               action=act_i, node_notes=node_notes, explanation=init[0])
         cascades_all = [c for c in cascades_all if c.m.id not in _SYSTEM_HINTS]
         is_strag, why, first_seq = _straggler(ctx)
         if is_strag:

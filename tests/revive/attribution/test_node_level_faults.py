@@ -139,3 +139,31 @@ def test_a_pod_killed_at_its_memory_limit_stops_and_an_eviction_restarts():
     c = run("Status:         Failed\nReason:         Evicted\nMessage:        The node was low on resource: "
             "ephemeral-storage.\n")
     assert c.category.value != "oom_host", c.explanation
+
+
+def test_no_gpu_visible_to_a_job_that_asked_slurm_for_one_is_the_sites_binding():
+    a = run("$ srun -p gpu --container-image=cuda-11.2.2 --gres=gpu:A100:1 python train.py\n"
+            "RuntimeError: CUDA error: no CUDA-capable device is detected\n")
+    assert (a.category.value, a.domain.value, a.action.value) == ("cuda_error", "system", "stop_no_retry"), a.explanation
+    b = run("RuntimeError: No CUDA GPUs are available\n")  # no request in sight: the script's own device choice
+    assert (b.category.value, b.domain.value) == ("app_bug", "application"), b.explanation
+
+
+def test_the_sites_launch_stack_failing_to_start_the_job_stops():
+    for log in ("slurmstepd: error: pyxis:     [ERROR] Command not found: nvidia-container-cli\n"
+                "slurmstepd: error: pyxis: couldn't start container\n",
+                "It looks like pmix_init failed for some reason; your parallel process is\nlikely to abort.\n"):
+        a = run(log)
+        assert (a.category.value, a.domain.value, a.action.value) == ("crash", "system", "stop_no_retry"), log
+
+
+def test_a_step_slurm_could_not_kill_is_a_hang():
+    a = run("[2020-12-14T09:44:56.002] [63532.0] error: *** STEP 63532.0 STEPD TERMINATED ON gpu-node-002 AT "
+            "2020-12-14T09:44:56 DUE TO JOB NOT ENDING WITH SIGNALS ***\n")
+    assert (a.category.value, a.action.value) == ("hang", "restart_in_place"), a.explanation
+
+
+def test_rays_memory_monitor_killing_workers_is_host_oom_of_the_job():
+    a = run("(raylet) node_manager.cc:3069: 1 Workers (tasks / actors) killed due to memory pressure (OOM), 0 Workers "
+            "crashed due to other reasons at node (ID: 351e406b)\n")
+    assert (a.category.value, a.domain.value, a.action.value) == ("oom_host", "application", "stop_no_retry")

@@ -99,3 +99,15 @@ def test_nccl_sockets_on_an_ipv4_link_local_interface_are_the_network_configurat
             "[1]pod-id-link0:169.254.170.23<0>\n"
             "RuntimeError: NCCL error: remote process exited or there was a network error\n")
     assert (a.domain.value, a.action.value) == ("system", "stop_no_retry"), a.explanation
+
+
+def test_a_job_cancelled_while_still_in_its_distributed_start_up_hung_there():
+    job = JobRecord(job_id="88213", nodes=["gpu-node-001", "gpu-node-002"], state="CANCELLED")
+    log = "".join(f"[default{r}]:gpu-node-00{1 + r // 8}:2170{r}:2176{r} [{r % 8}] NCCL INFO comm 0x12{r} rank {r} "
+                  f"nranks 16 cudaDev {r % 8} busId 7000 - Init COMPLETE\n" for r in range(16))
+    a = attribute(EvidenceBundle(job_log=log, job=job))
+    assert (a.category.value, a.action.value) == ("hang", "restart_in_place"), a.explanation
+    assert "cancellation" in a.explanation.lower()
+    # a cancelled run that trained is not this rule's
+    b = attribute(EvidenceBundle(job_log="step 10/1000 loss 2.31\nstep 20/1000 loss 2.10\n" + log, job=job))
+    assert "start-up" not in b.explanation, b.explanation
