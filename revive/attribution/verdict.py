@@ -285,6 +285,8 @@ page-cache frames of a task blocked on storage (Linux 5.x-6.x, Lustre 2.x, GPFS 
 def _stack_in_gpu_driver(ctx: _Ctx, e: _Ev) -> bool:
     """The call trace that follows the hung-task line ``e`` (the next 60 lines of its kernel log, up
     to the next task report) has an NVIDIA-driver frame and no file-system frame."""
+    if not e.line_no:
+        return False
     key = e.source.split(":", 1)[1] if ":" in e.source else ""
     lines = ctx.bundle.kernel_logs.get(key, [])
     gpu = fs = False
