@@ -407,14 +407,16 @@ def _apply_field_rules(ctx: _Ctx) -> None:
         for e in wd:
             e.category, e.domain, e.tier, e.action = Category.app_bug, Domain.application, 3, Action.stop_no_retry
             e.upgraded = mismatch
+    # the first watchdog timeout's index in the job log (rules 3ao and 3n read the lines before it)
+    wd_first = min(wd, key=lambda e: e.seq) if wd else None
+    wd_at = (wd_first.line_no - 1 if wd_first is not None and wd_first.line_no
+             and wd_first.source == ctx.bundle.job_log_source else None)
     # 3ao. the last progress before the first collective timeout is a loop that finished (a bar at
     #     100 %, N/N): this rank did all its work and then waited the whole timeout for ranks that
     #     never reached the collective - uneven work per rank (generation lengths, data shards) or a
     #     rank-dependent path: the program's, it recurs (EleutherAI/lm-evaluation-harness#1404)
-    if wd and not mismatch:
-        first = min(wd, key=lambda e: e.seq)
-        done = (_loop_finished_before(ctx.lines, first.line_no - 1)
-                if first.source == ctx.bundle.job_log_source and first.line_no else "")
+    if wd_at is not None and not mismatch:
+        done = _loop_finished_before(ctx.lines, wd_at)
         if done:
             for e in wd:
                 e.category, e.domain, e.action = Category.hang, Domain.application, Action.stop_no_retry
@@ -424,14 +426,12 @@ def _apply_field_rules(ctx: _Ctx) -> None:
                               "path, the same on every retry (balance the work, or raise the timeout)")
     # 3n. the first collectives timed out while a rank was still preprocessing its dataset: the
     #     process-group timeout is shorter than the preprocessing - the job's configuration, it recurs
-    if wd:
-        first = min(wd, key=lambda e: e.seq)
-        if first.source == ctx.bundle.job_log_source and first.line_no and _preprocessing_before(ctx.lines, first.line_no - 1):
-            for e in wd:
-                e.category, e.domain, e.action = Category.hang, Domain.application, Action.stop_no_retry
-                e.upgraded = ("the collective timed out while a rank was still preprocessing its dataset: the "
-                              "process-group timeout is shorter than the preprocessing (raise it, or preprocess "
-                              "before the process group starts)")
+    if wd_at is not None and _preprocessing_before(ctx.lines, wd_at):
+        for e in wd:
+            e.category, e.domain, e.action = Category.hang, Domain.application, Action.stop_no_retry
+            e.upgraded = ("the collective timed out while a rank was still preprocessing its dataset: the "
+                          "process-group timeout is shorter than the preprocessing (raise it, or preprocess "
+                          "before the process group starts)")
     # 3d. an IB completion error that names the local HCA (NCCL 2.19+ "hca mlx5_N"): the host's link
     for e in evs:
         if e.m.id in ("nccl.ib_completion_error", "nccl.ib_retry_exceeded") and e.node and _HCA.search(e.text):
