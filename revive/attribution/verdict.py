@@ -44,7 +44,7 @@ _AVOID_NODE_SIGS = {"megatron.rerun_other_gpu", "megatron.rerun_same_gpu"}
 """Verdicts of unsettled cause whose remedy is to run elsewhere: the node is named so the requeue
 avoids it (Megatron's rerun state machine must resume on a different GPU to decide)."""
 _GPU_REQUEST = re.compile(r"--gres[= ](?:\S*:)?gpu\b|--gpus(?:-per-(?:node|task|socket))?[= ]\S|\bSLURM_(?:JOB|STEP)_GPUS="
-                          r"|--gres=gpu|\bnvidia\.com/gpu\b")
+                          r"|\bnvidia\.com/gpu\b")
 """The job asked its scheduler for GPUs: srun/sbatch ``--gres=gpu:…``, ``--gpus[-per-node]=N``, Slurm's
 ``SLURM_JOB_GPUS=`` / ``SLURM_STEP_GPUS=``, a Kubernetes ``nvidia.com/gpu`` limit."""
 _SYSTEM_DRAIN = {"storage.hung_task", "slurm.batch_script_missing"}
@@ -209,7 +209,7 @@ def _hung_in_checkpoint_save(lines: list[str], end: int, progress: set[int]) -> 
 
 
 _NET_SOCKET = re.compile(r"NET/Socket : Using")
-_IFACE = re.compile(r"\[\d+\](?P<name>[\w.@-]+):(?P<addr>[0-9a-fA-F:.%\w]*?)<")
+_IFACE = re.compile(r"\[\d+\](?P<name>[\w.@-]+):(?:(?P<addr>[0-9a-fA-F:.%\w]*?)<)?")
 _LINK_LOCAL = re.compile(r"^169\.254\.")
 """IPv4 link-local addresses (RFC 3927, 169.254.0.0/16: EKS Pod Identity's ``pod-id-link0``, cloud
 metadata links): never routed to another host. IPv6 link-local (fe80::/10) is not counted: NCCL
