@@ -299,6 +299,14 @@ def _stack_in_gpu_driver(ctx: _Ctx, e: _Ev) -> bool:
     return gpu and not fs
 
 
+def _demote_to_benign(ctx: _Ctx, e: _Ev, why: str) -> None:
+    """Take root ``e`` out of the verdict (role benign) and say why in the engine notes, once."""
+    e.m = e.m.model_copy(update={"role": "benign"})
+    note = f"{e.m.id} on line {e.line_no} {why}"
+    if note not in ctx.notes:
+        ctx.notes.append(note)
+
+
 def _teardown_errors(ctx: _Ctx) -> None:
     """Rule 3ap. NCCL roots printed by the same host in the 2 lines before a ``commReclaim ... failed
     in destroy/abort`` line are errors of the communicator's teardown, after its work (NVIDIA/nccl-tests#365:
@@ -317,11 +325,8 @@ def _teardown_errors(ctx: _Ctx) -> None:
         for e in by_line.get(t - 1, []) + by_line.get(t, []):
             if e.m.role == "root" and (host is None or e.node is None or e.node == host
                                        or split_prefix(e.text)[1].host == host):
-                e.m = e.m.model_copy(update={"role": "benign"})
-                note = (f"{e.m.id} on line {e.line_no} is the NCCL communicator's teardown failing "
-                        f"(line {t + 1}: commReclaim ... failed in destroy/abort), not a fault of the run")
-                if note not in ctx.notes:
-                    ctx.notes.append(note)
+                _demote_to_benign(ctx, e, f"is the NCCL communicator's teardown failing (line {t + 1}: "
+                                          "commReclaim ... failed in destroy/abort), not a fault of the run")
 
 
 def _ignored_exceptions(ctx: _Ctx) -> None:
@@ -345,11 +350,8 @@ def _ignored_exceptions(ctx: _Ctx) -> None:
             else:
                 continue
             if ignored:
-                e.m = e.m.model_copy(update={"role": "benign"})
-                note = (f"{e.m.id} on line {e.line_no} was printed under 'Exception ignored in': the interpreter "
-                        "swallowed it and the program went on")
-                if note not in ctx.notes:
-                    ctx.notes.append(note)
+                _demote_to_benign(ctx, e, "was printed under 'Exception ignored in': the interpreter swallowed "
+                                          "it and the program went on")
             break
 
 
