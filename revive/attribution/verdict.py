@@ -935,6 +935,44 @@ def _single_nccl_host(text: str, nodes: list[str]) -> str | None:
     return seen
 
 
+_LOG_HOST = re.compile(
+    r"(?<![-\w.])(?:[Hh]ost(?:[Nn]ame)?|HOSTNAME)\b\s*[:=]?\s*(?P<h>[A-Za-z][\w-]*\d[\w.-]*[\w]|\d{1,3}(?:\.\d{1,3}){3})\b"
+    r"|^srun: error: (?P<s>[A-Za-z][\w.-]*): tasks? \d"
+    r"|\b(?:[Ss]cheduled|[Rr]unning|[Ll]aunched|[Ss]tarted|[Aa]llocated) on (?:host |node )?(?P<o>[A-Za-z][\w-]*\d[\w.-]*[\w])\b")
+"""A line that names the host it ran on: ``Hostname gpu-node-001`` / ``hostname: …`` / ``host=…`` banners
+(training scripts, launchers), torch.distributed.elastic's ChildFailedError table (``host      : <name>``,
+torch/distributed/elastic/multiprocessing/errors/error_handler.py, 1.9-2.x) and srun's
+``srun: error: <node>: task N: Exited`` (Slurm src/srun/srun_job.c, 20.x-23.x). A host name must contain a
+digit (``host memory`` is not a host) or be an IPv4 address other than a bind-all or loopback one;
+a command-line flag (``--host 0.0.0.0``) is not a banner."""
+MAX_LOG_HOST_LINES = 20000
+
+
+def _single_log_host(ctx: _Ctx) -> str | None:
+    """The one host a log without a node list ran on: the host its NCCL prefixes and its host-naming lines
+    (``_LOG_HOST``) all name. ``None`` when the bundle has a node list (that is the truth), when no line
+    names a host, or when two or more hosts are named (a multi-node job: no single place). Reads at most
+    ``MAX_LOG_HOST_LINES`` lines."""
+    if _nodes(ctx.bundle):
+        return None
+    seen: set[str] = set()
+    nccl = _single_nccl_host(ctx.bundle.job_log, [])
+    if nccl is None and _NCCL_HOST_PREFIX.search(ctx.bundle.job_log[:1_000_000] or ""):
+        return None  # NCCL prefixes name two or more hosts
+    if nccl:
+        seen.add(nccl)
+    for line in ctx.lines[:MAX_LOG_HOST_LINES]:
+        if "ost" not in line and "OST" not in line and " on " not in line and not line.startswith("srun: error"):
+            continue
+        for m in _LOG_HOST.finditer(line[:MAX_TEXT]):
+            h = _norm_host(m.group("h") or m.group("s") or m.group("o"), [])
+            if h and h != "0.0.0.0" and not h.startswith("127."):
+                seen.add(h)
+        if len(seen) > 1:
+            return None
+    return next(iter(seen)) if len(seen) == 1 else None
+
+
 def _ev_node(ev: _Ev, layout: dict[int, str], nodes: list[str]) -> str | None:
     if ev.node:
         return ev.node
@@ -1055,6 +1093,9 @@ def _decide(ctx: _Ctx) -> Attribution:
     bundle = ctx.bundle
     nodes = _nodes(bundle)
     layout = _rank_layout(ctx)
+    # where a node is placed: the job's nodes, or for a log without a node list the one host it names
+    only_host = _single_log_host(ctx)
+    place = nodes or ([only_host] if only_host else [])
 
     # kernel events from before this attempt started belong to an earlier incident. Syslog stamps
     # carry neither year nor zone: with the nodes' UTC offset known (bundle.kernel_log_utc_offset_s)
@@ -1111,7 +1152,7 @@ def _decide(ctx: _Ctx) -> Attribution:
             ln = (ctx.progress_idx[-1] + 1) if ctx.progress_idx else None
             ev = Event(source=bundle.job_log_source, line_no=ln, text=cap_line(ctx.lines[ln - 1]) if ln else "",
                        signature_id="engine.silent_hang")
-            hint_nodes = sorted({n for h in hints if (n := _ev_node(h, layout, nodes))})
+            hint_nodes = sorted({n for h in hints if (n := _ev_node(h, layout, place))})
             if hints:
                 return Attribution(category=Category.hang, domain=Domain.system, confidence=_conf("engine.silent_hang", 0.5),
                                    root_event=ev, cascade_events=cite(None), node_notes=node_notes,
@@ -1249,7 +1290,7 @@ def _decide(ctx: _Ctx) -> Attribution:
         hw_node_events = [e for e in roots if e.domain == Domain.hardware and e.tier <= tier
                           and (e.category in _HW_CATEGORIES | {Category.straggler} or e.m.id == sig.id)]
         for e in hw_node_events:
-            node = _ev_node(e, layout, nodes)
+            node = _ev_node(e, layout, place)
             if node and node not in culprit_nodes:
                 culprit_nodes.append(node)
         if not culprit_nodes and cat in _HW_CATEGORIES:
@@ -1268,7 +1309,7 @@ def _decide(ctx: _Ctx) -> Attribution:
         # elsewhere (a task stuck in the GPU driver): the node is where it happened
         for e in roots:
             if e.m.id == sig.id or e is root:
-                node = _ev_node(e, layout, nodes)
+                node = _ev_node(e, layout, place)
                 if node and node not in culprit_nodes:
                     culprit_nodes.append(node)
         if not culprit_nodes:
