@@ -949,24 +949,23 @@ MAX_LOG_HOST_LINES = 20000
 
 
 def _single_log_host(ctx: _Ctx) -> str | None:
-    """The one host a log without a node list ran on: the host its NCCL prefixes and its host-naming lines
-    (``_LOG_HOST``) all name. ``None`` when the bundle has a node list (that is the truth), when no line
-    names a host, or when two or more hosts are named (a multi-node job: no single place). Reads at most
-    ``MAX_LOG_HOST_LINES`` lines."""
+    """The one host a log without a node list ran on: the host its NCCL prefixes (``_NCCL_HOST_PREFIX``)
+    and its host-naming lines (``_LOG_HOST``) all name. ``None`` when the bundle has a node list (that is
+    the truth), when no line names a host, or when two or more hosts are named (a multi-node job: no
+    single place). Reads the first ``MAX_LOG_HOST_LINES`` lines only, each cut at ``MAX_TEXT``."""
     if _nodes(ctx.bundle):
         return None
     seen: set[str] = set()
-    nccl = _single_nccl_host(ctx.bundle.job_log, [])
-    if nccl is None and _NCCL_HOST_PREFIX.search(ctx.bundle.job_log[:1_000_000] or ""):
-        return None  # NCCL prefixes name two or more hosts
-    if nccl:
-        seen.add(nccl)
     for line in ctx.lines[:MAX_LOG_HOST_LINES]:
-        if "ost" not in line and "OST" not in line and " on " not in line and not line.startswith("srun: error"):
+        if "NCCL " in line:
+            found = [m.group("host") for m in _NCCL_HOST_PREFIX.finditer(line[:MAX_TEXT])]
+        elif "ost" in line or "OST" in line or " on " in line or line.startswith("srun: error"):
+            found = [m.group("h") or m.group("s") or m.group("o") for m in _LOG_HOST.finditer(line[:MAX_TEXT])]
+        else:
             continue
-        for m in _LOG_HOST.finditer(line[:MAX_TEXT]):
-            h = _norm_host(m.group("h") or m.group("s") or m.group("o"), [])
-            if h and h != "0.0.0.0" and not h.startswith("127."):
+        for raw in found:
+            h = _norm_host(raw, [])
+            if h and not h.isdigit() and h != "0.0.0.0" and not h.startswith("127."):
                 seen.add(h)
         if len(seen) > 1:
             return None
