@@ -941,8 +941,9 @@ _LOG_HOST = re.compile(
     r"|\b(?:[Ss]cheduled|[Rr]unning|[Ll]aunched|[Ss]tarted|[Aa]llocated) on (?:host |node )?(?P<o>[A-Za-z][\w-]*\d[\w.-]*[\w])\b")
 """A line that names the host it ran on: ``Hostname gpu-node-001`` / ``hostname: …`` / ``host=…`` banners
 (training scripts, launchers), torch.distributed.elastic's ChildFailedError table (``host      : <name>``,
-torch/distributed/elastic/multiprocessing/errors/error_handler.py, 1.9-2.x) and srun's
-``srun: error: <node>: task N: Exited`` (Slurm src/srun/srun_job.c, 20.x-23.x). A host name must contain a
+torch/distributed/elastic/multiprocessing/errors/error_handler.py, 1.9-2.x), srun's
+``srun: error: <node>: task N: Exited`` (Slurm src/srun/srun_job.c, 20.x-23.x) and a scheduler's or
+script's ``scheduled|running|launched|started|allocated on [host |node ]<name>``. A host name must contain a
 digit (``host memory`` is not a host) or be an IPv4 address other than a bind-all or loopback one;
 a command-line flag (``--host 0.0.0.0``) is not a banner."""
 MAX_LOG_HOST_LINES = 20000
