@@ -1359,7 +1359,10 @@ def _decide(ctx: _Ctx) -> Attribution:
     if dom != Domain.hardware and act == Action.drain_and_requeue and not (
             sig.id in _SYSTEM_DRAIN and culprit_nodes):
         act = Action.restart_in_place
-    if act == Action.requeue_exclude_nodes and not culprit_nodes and cat != Category.straggler and dom != Domain.hardware:
+    # a node-local fault (hardware, or the node's own software state: fabric manager, driver, container
+    # runtime) keeps 'run elsewhere' with no node named: the plan finds the node or restarts in place
+    if (act == Action.requeue_exclude_nodes and not culprit_nodes and cat != Category.straggler
+            and dom not in (Domain.hardware, Domain.system)):
         act = Action.restart_in_place
     if cat == Category.straggler:
         act = Action.requeue_exclude_nodes

@@ -97,6 +97,8 @@ CASES = [
      JobIncidentHistory(node_incidents=[prior(Category.nccl_error, "x", nodes=["node2"], n=9)]), 10,
      "requeue_exclude", Action.requeue_exclude_nodes, "runbook:exclude_named_nodes+repeat_offender_drain",
      ["node2"], ["node2"]),
+    ("node_local_fault_node_not_named_restarts", att(Category.cuda_error, Action.requeue_exclude_nodes, []),
+     RecoveryPolicy(), hist(), 10, "restart_in_place", Action.restart_in_place, "runbook:restart_in_place", [], []),
     ("unknown_crash_first", att(Category.crash, Action.restart_in_place), RecoveryPolicy(), hist(), 10,
      "restart_in_place", Action.restart_in_place, "runbook:restart_in_place", [], []),
 ]
