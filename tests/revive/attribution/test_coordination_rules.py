@@ -186,14 +186,15 @@ def test_invalid_device_ordinal_is_the_launch_configuration():
     assert (a.category, a.domain, a.action) == (Category.app_bug, Domain.application, Action.stop_no_retry)
 
 
-def test_two_ranks_on_one_gpu_is_ncclinvalidusage_and_stops():
+def test_two_ranks_on_one_gpu_is_the_jobs_launch_error_and_stops():
     log = "\n".join([
         "gpu-node-001:4101:4101 [1] init.cc:778 NCCL WARN Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 1000",
         "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1691, "
         "invalid usage (run with NCCL_DEBUG=WARN for details), NCCL version 2.19.3",
     ])
     a = attribute(_job(log, nodes=["gpu-node-001"]))
-    assert (a.category, a.domain, a.action) == (Category.nccl_error, Domain.application, Action.stop_no_retry)
+    assert (a.category, a.domain, a.action) == (Category.app_bug, Domain.application, Action.stop_no_retry)
+    assert a.root_event is not None and a.root_event.signature_id == "nccl.duplicate_gpu", a.explanation
 
 
 def test_tcpstore_clients_joined_timeout_beats_the_generic_diststoreerror_on_its_line():
