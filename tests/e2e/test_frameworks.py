@@ -59,7 +59,11 @@ async def test_framework_job_recovers_from_its_own_checkpoint(framework, fault, 
     assert "=== attempt" not in text and "resumed from checkpoint at iteration" not in text  # no Revive marker
     assert res.category.value == ("crash" if fault == "crash" else "hang"), res
     assert res.executed.value == "restart_in_place", res
-    assert [c[0] for c in h.sched.mutating_calls] == ["requeue"]
+    calls = [c[0] for c in h.sched.mutating_calls]
+    # one requeue, no drain and no exclusion; a crash seen while Slurm still shows the job RUNNING (the
+    # process is exiting) may first get the save-before-requeue signal, which is the runbook's own step
+    assert [c for c in calls if c != "signal_job"] == ["requeue"], calls
+    assert calls.count("signal_job") <= 1 and (fault == "crash" or "signal_job" not in calls), calls
     # verify proved the resume from the framework's own lines (and the checkpoint it left on disk)
     audit = next(json.loads(x) for x in (tmp_path / "audit.jsonl").read_text().splitlines() if iid in x)
     verify = audit["runbook"]["verify"]
