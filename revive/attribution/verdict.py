@@ -470,6 +470,17 @@ def _apply_field_rules(ctx: _Ctx) -> None:
             if (e.m.role == "root" and _is_sigkill(e) and e.category == Category.crash
                     and e.domain == Domain.unknown and e.seq > first_wd_seq):
                 e.m = e.m.model_copy(update={"role": "cascade"})
+    # 3aw. srun's "task N: Killed" after another task already exited non-zero ("task M: Exited with exit
+    #      code K"): srun killing the step's remaining tasks (Slurm's kill-on-bad-exit / "Job step
+    #      aborted") - the teardown of the first task's failure, not a SIGKILL of its own
+    exited = [e for e in evs if e.m.id == "srun.task_exited" and e.source == ctx.bundle.job_log_source]
+    if exited:
+        for e in evs:
+            task = e.m.fields.get("task")
+            if (e.m.id == "host.killed" and e.m.role == "root" and task and e.category == Category.crash
+                    and e.domain == Domain.unknown
+                    and any(x.seq < e.seq and x.m.fields.get("task") != task for x in exited)):
+                e.m = e.m.model_copy(update={"role": "cascade"})
     # 3af. a hang whose last activity is a checkpoint-save line with no "saved" line after it: the save
     #     path itself deadlocked (a collective inside the distributed save, a writer thread): the
     #     application's hang, it recurs at the next save - stop (a hang after a completed save is not this)
@@ -1217,6 +1228,9 @@ def _decide(ctx: _Ctx) -> Attribution:
             slow, slow_why = _slow_nodes(bundle)
             if not slow:
                 slow, slow_why = _slow_hosts_from_compute(bundle)
+            if not slow and len(place) == 1:
+                # one node ran the whole job: a sustained slowdown of its own is that node's
+                slow, slow_why = list(place), f" The job ran on one node, {place[0]}: the slowdown is its own."
             tail = (slow_why + " Requeue without them." if slow else
                     " No node is named yet: find it from per-node evidence and requeue without it.")
             return Attribution(category=Category.straggler, domain=Domain.hardware, confidence=0.7 if slow else 0.6,
