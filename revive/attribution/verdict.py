@@ -555,11 +555,15 @@ def _apply_field_rules(ctx: _Ctx) -> None:
             e.upgraded = "the allocation that failed was on the host (CPU allocator): host RAM is exhausted, not GPU memory"
     # 3z. NCCL reports that a CUDA or verbs call it made was rejected as invalid (a caller error): the
     #     library/stack versions or the program passed what the driver refuses - it recurs on a retry
-    if any(e.m.role == "root" and e.category == Category.nccl_error and e.domain == Domain.unknown for e in evs):
+    #     (an ibv_modify_qp refused as EINVAL is this too, not the RDMA addressing its signature assumes)
+    def _z(e: _Ev) -> bool:
+        return e.m.role == "root" and e.category == Category.nccl_error and (
+            e.domain == Domain.unknown or e.m.id == "nccl.ibv_modify_qp_failed")
+    if any(_z(e) for e in evs):
         bad = next((x for x in lines if "NCCL WARN" in x and _NCCL_CALLER_ERROR.search(x[:MAX_TEXT])), "")
         if bad:
             for e in evs:
-                if e.m.role == "root" and e.category == Category.nccl_error and e.domain == Domain.unknown:
+                if _z(e):
                     e.domain, e.action = Domain.application, Action.stop_no_retry
                     e.upgraded = (f"NCCL reports a call rejected as invalid ({bad.strip()[-90:]!r}): a caller error of "
                                   "the software stack (NCCL/PyTorch versions or the program), not a transient fault; "
