@@ -51,7 +51,7 @@ _SYSTEM_DRAIN = {"storage.hung_task", "slurm.batch_script_missing"}
 """System-domain signatures whose remedy is draining the node (a task stuck in D state on a wedged
 mount): the one exception to "a drain only with domain hardware"."""
 _NODE_FAILURE_HOST_SIGS = {"slurm.node_failure", "host.node_unreachable", "slurm.task_launch_failed",
-                           "torchelastic.keepalive_failed", "ray.node_dead"}
+                           "torchelastic.keepalive_failed", "ray.node_dead", "slurm.gres_count_low"}
 """Node-failure signatures whose ``host`` field names the node that failed (srun's "Node failure on H"
 and "Task launch ... failed on node H"; an ssh connect to a job node that times out or has no route):
 blame, not location."""
@@ -1308,6 +1308,10 @@ def _decide(ctx: _Ctx) -> Attribution:
             s = st.upper()
             if ("DOWN" in s or "FAIL" in s) and (not nodes or n in nodes) and n not in culprit_nodes:
                 culprit_nodes.append(n)
+        if not culprit_nodes and len(place) == 1 and not any(e.m.id == "torchelastic.keepalive_failed" for e in roots):
+            # the job ran on one node: the node that failed is that one
+            culprit_nodes.append(place[0])
+            extra += f" The job ran on one node, {place[0]}: the node failure is that node's."
         # a failing part (uncorrected host-memory error, a node's broken Slurm spool) is drained; a node
         # that stopped is run around. The domain is the root's when it says system or unknown (a node's
         # software state, a node that dropped out for no stated reason), else the node's hardware.
