@@ -461,13 +461,15 @@ def _apply_field_rules(ctx: _Ctx) -> None:
                 e.category, e.domain, e.tier, e.action = Category.oom_host, Domain.application, 2, Action.stop_no_retry
                 e.upgraded = (f"killed by SIGKILL with host memory at {pct_text(pressure)} just before: the host's "
                               "OOM killer (host RAM exhausted, e.g. by ZeRO CPU offload)")
-    # 3av. a SIGKILL of unknown cause after the first watchdog timeout (any format): the launcher or the
-    #      shell killing what the hung job left (torch.elastic/Lightning "Forcefully terminating all other
-    #      processes", the shell's "Killed"): the hang's teardown, a cascade - not a crash of its own
+    # 3av. a signal exit of unknown cause after the first watchdog timeout (any format): the watchdog's own
+    #      abort (SIGABRT, a launcher's "return code = -6") or the launcher / shell killing what the hung job
+    #      left (torch.elastic/Lightning "Forcefully terminating all other processes", the shell's "Killed"):
+    #      the hang's teardown, a cascade - not a crash of its own
     if wd:
         first_wd_seq = min(e.seq for e in wd)
         for e in evs:
-            if (e.m.role == "root" and _is_sigkill(e) and e.category == Category.crash
+            if (e.m.role == "root" and (_is_sigkill(e) or e.m.id == "host.launcher_signal")
+                    and e.category == Category.crash
                     and e.domain == Domain.unknown and e.seq > first_wd_seq):
                 e.m = e.m.model_copy(update={"role": "cascade"})
     # 3aw. srun's "task N: Killed" after another task already exited non-zero ("task M: Exited with exit

@@ -1,4 +1,4 @@
-"""Rule 3av and round 14's catalog entries (docs/attribution.md).
+"""Rules 3av (any signal exit after a watchdog timeout) and round 14's catalog entries (docs/attribution.md).
 
 Incidents as they reach Revive: a DDP job hangs on its first collective, the ProcessGroupNCCL heartbeat
 monitor terminates the rank, and the launcher then SIGKILLs what is left (the shell prints ``Killed``):
@@ -32,6 +32,23 @@ def test_the_launchers_sigkill_after_a_watchdog_hang_is_the_hangs_teardown():
     a = run(HEARTBEAT_THEN_KILLED)
     assert a.category.value == "hang", a.explanation
     assert a.root_event is not None and a.root_event.signature_id == "nccl.heartbeat_timeout", a.explanation
+
+
+def test_the_launchers_minus6_after_the_old_watchdog_format_is_the_watchdogs_abort():
+    text = (
+        "[E ProcessGroupNCCL.cpp:916] [Rank 3] NCCL watchdog thread terminated with exception: [Rank 3] Watchdog "
+        "caught collective operation timeout: WorkNCCL(SeqNum=235, OpType=BROADCAST, NumelIn=768, NumelOut=768, "
+        "Timeout(ms)=1800000) ran for 1800093 milliseconds before timing out.\n"
+        "[2024-11-18 10:34:05,102] [ERROR] [launch.py:325:sigkill_handler] ['python', '-u', 'finetune.py', "
+        "'--local_rank=3'] exits with return code = -6\n")
+    a = run(text)
+    assert a.category.value == "hang", a.explanation
+
+
+def test_a_launcher_signal_alone_stays_a_crash():
+    a = run("[2024-11-18 10:34:05,102] [ERROR] [launch.py:325:sigkill_handler] ['python', '-u', 'finetune.py'] "
+            "exits with return code = -6\n")
+    assert a.category.value == "crash", a.explanation
 
 
 def test_a_sigkill_with_no_watchdog_before_it_stays_a_crash():
