@@ -1079,6 +1079,22 @@ def _order_key(ev: _Ev):
 
 
 
+def _scheduler_failed(bundle: EvidenceBundle) -> str:
+    """``"job 42 state=FAILED exit_code=1:0"`` when the scheduler record (or the job-state trigger) says
+    the job ended FAILED with a non-zero exit code, else ``""``. Slurm's ``exit_code`` is
+    ``"<code>:<signal>"`` (sacct ExitCode); a record without one is not taken as a failure."""
+    trig = bundle.trigger
+    if trig and trig.kind == TriggerKind.job_state and (trig.state_to or "").upper().startswith("FAILED"):
+        return f"job state {trig.state_from or '?'} -> {trig.state_to}"
+    job = bundle.job
+    if not job or not (job.state or "").upper().startswith("FAILED") or not job.exit_code:
+        return ""
+    parts = str(job.exit_code).split(":")
+    if all(p.strip() in ("", "0") for p in parts):
+        return ""
+    return f"job {job.job_id} state={job.state} exit_code={job.exit_code}"
+
+
 def _guard(a: Attribution, matcher: Matcher) -> Attribution:
     """Calibrate the confidence (catalog table fitted on outcomes) and apply the policy floor:
     below ``MIN_CONFIDENCE`` a verdict never drains a node — it requeues without the named node(s),
@@ -1255,6 +1271,16 @@ def _decide(ctx: _Ctx) -> Attribution:
                                explanation=f"Only secondary errors were found (first: {c.m.id}); the initiating event "
                                            "is not in the evidence. Restart in place.")
         note = f" Notes: {'; '.join(bundle.notes)}" if bundle.notes else ""
+        # 3ax. the scheduler says the job failed (FAILED with a non-zero exit code) and nothing in the
+        #      evidence explains it: an unexplained failure, never "healthy" (al-005 prolog failure,
+        #      af-008 a Neuron collective error the catalog does not know)
+        if failed := _scheduler_failed(bundle):
+            ev = Event(source="slurm", text=failed, signature_id="slurm.state_failed")
+            return Attribution(category=Category.crash, domain=Domain.unknown, confidence=0.3, root_event=ev,
+                               action=Action.restart_in_place, node_notes=node_notes,
+                               explanation=f"The scheduler reports the job failed ({failed}) but no failure "
+                                           "signature in the evidence explains it: an unexplained failure. Restart "
+                                           "in place; if it fails again the same way, it is deterministic." + note)
         return Attribution(category=Category.none, domain=Domain.unknown, confidence=0.8 if not bundle.notes else 0.4,
                            action=Action.none, node_notes=node_notes,
                            explanation="No failure signature found: the run looks healthy." + note)

@@ -1,0 +1,68 @@
+"""Rule 3ax (a job the scheduler reports FAILED, with nothing in the evidence to explain it) and the
+c10d store/rendezvous signature (catalog 2026.12.9), as incidents reach Revive.
+
+A Slurm prolog fails on the allocated node and the allocation is revoked; a Neuron collective library
+prints errors the catalog has never seen; the job ends FAILED with exit code 1. The verdict is an
+unexplained crash (unknown domain, restart in place, low confidence), never "healthy". The same log with
+a COMPLETED record stays healthy. A TCPStore/rendezvous connect timeout is the job's own key-value store
+over TCP, not an NCCL failure: a crash of unknown cause."""
+
+from __future__ import annotations
+
+from revive.attribution.engine import attribute
+from revive.models import EvidenceBundle, JobRecord
+
+PROLOG_REVOKED = """\
+salloc: Granted job allocation 235454
+salloc: Waiting for resource configuration
+salloc: Prolog failure on node gpu-node-006
+salloc: Job allocation 235454 has been revoked.
+"""
+
+UNKNOWN_LIBRARY_ERRORS = """\
+step 1200 | loss 2.314 | 3.1 s/it
+2024-Jan-11 19:01:15.503417 18506:21252 ERROR   ENC:alg_ring_init    [nec_dev 13] failed to configure network connector for RING
+2024-Jan-11 19:01:15.499989 18506:21240 ERROR   ENC:ncclNetRegMr     failed neuronNetRegMr request to NCCL
+"""
+
+
+def job(state: str, exit_code: str | None) -> JobRecord:
+    return JobRecord(job_id="235454", nodes=["gpu-node-006"], state=state, exit_code=exit_code)
+
+
+def test_a_failed_job_nothing_explains_is_an_unexplained_crash_not_healthy():
+    for text in (PROLOG_REVOKED, UNKNOWN_LIBRARY_ERRORS):
+        a = attribute(EvidenceBundle(job_log=text, job=job("FAILED", "1:0")))
+        assert (a.category.value, a.domain.value, a.action.value) == ("crash", "unknown", "restart_in_place"), a.explanation
+        assert a.root_event is not None and a.root_event.signature_id == "slurm.state_failed"
+        assert "exit_code=1:0" in a.root_event.text
+        assert a.confidence < 0.5  # nothing to go on: below the policy floor, never a drain
+        assert a.culprit_nodes == []
+
+
+def test_the_same_log_with_a_clean_exit_stays_healthy():
+    for state, code in (("COMPLETED", "0:0"), ("RUNNING", None), ("FAILED", "0:0"), ("FAILED", None)):
+        a = attribute(EvidenceBundle(job_log=UNKNOWN_LIBRARY_ERRORS, job=job(state, code)))
+        assert a.category.value == "none", (state, code, a.explanation)
+
+
+def test_a_known_failure_keeps_its_own_verdict_under_a_failed_record():
+    text = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.10 GiB\n"
+    a = attribute(EvidenceBundle(job_log=text, job=job("FAILED", "1:0")))
+    assert a.category.value == "oom_gpu", a.explanation
+    assert a.root_event is not None and a.root_event.signature_id != "slurm.state_failed"
+
+
+def test_a_rendezvous_store_timeout_is_a_crash_not_an_nccl_error():
+    text = ("torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection to the C10d "
+            "store has failed. See inner exception for details.\n")
+    a = attribute(EvidenceBundle(job_log=text, job=job("FAILED", "1:0")))
+    assert (a.category.value, a.domain.value) == ("crash", "unknown"), a.explanation
+    assert a.root_event is not None and a.root_event.signature_id == "c10d.store_error"
+
+
+def test_an_nccl_backend_error_stays_an_nccl_error():
+    text = ("torch.distributed.DistBackendError: [3] is setting up NCCL communicator and retrieving ncclUniqueId "
+            "from [0] via c10d key-value store by key '0', but store->get('0') got error: Connection reset by peer\n")
+    a = attribute(EvidenceBundle(job_log=text, job=job("FAILED", "1:0")))
+    assert a.category.value == "nccl_error", a.explanation
