@@ -38,7 +38,7 @@ test: venv ## install what the tests need (venv, Slurm via scripts/cluster-up.sh
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest $(PYTEST_ARGS)
 
 bench: venv ## run every benchmark (all of them, even after a failure) and print its BENCH lines
-	@failed=""; for b in benchmarks/bench_*.py benchmarks/accuracy_cases.py; do \
+	@failed=""; for b in benchmarks/bench_*.py benchmarks/accuracy_cases.py benchmarks/second_reader.py; do \
 	  echo "== $$b"; $(PY) $$b $(BENCH_ARGS) || failed="$$failed $$b"; done; \
 	  if [ -n "$$failed" ]; then echo "bench: failed:$$failed" >&2; exit 1; fi
 
