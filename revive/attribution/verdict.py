@@ -51,7 +51,8 @@ _SYSTEM_DRAIN = {"storage.hung_task", "slurm.batch_script_missing"}
 """System-domain signatures whose remedy is draining the node (a task stuck in D state on a wedged
 mount): the one exception to "a drain only with domain hardware"."""
 _NODE_FAILURE_HOST_SIGS = {"slurm.node_failure", "host.node_unreachable", "slurm.task_launch_failed",
-                           "torchelastic.keepalive_failed", "ray.node_dead", "slurm.gres_count_low"}
+                           "torchelastic.keepalive_failed", "ray.node_dead", "slurm.gres_count_low",
+                           "host.node_ping_failed"}
 """Node-failure signatures whose ``host`` field names the node that failed (srun's "Node failure on H"
 and "Task launch ... failed on node H"; an ssh connect to a job node that times out or has no route):
 blame, not location."""

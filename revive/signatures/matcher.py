@@ -71,6 +71,9 @@ class Signature:
     source: str
     generic: bool = False
     resolver: str | None = None
+    shadows: list[str] = field(default_factory=list)
+    """Ids this signature supersedes on the same line: a message that quotes other failures as a list
+    of possible causes (Ray's "potential root causes ... SIGSEGV") is not those failures."""
     compiled: Any = None
 
 
@@ -297,13 +300,17 @@ class Matcher:
                 domain=Domain(e["domain"]), role=e["role"], tier=int(e.get("tier", 5)),
                 action=Action(e.get("action", "restart_in_place")), fields=list(e.get("fields") or []),
                 source=e.get("source", ""), generic=bool(e.get("generic", False)),
-                resolver=e.get("resolver"),
+                resolver=e.get("resolver"), shadows=list(e.get("shadows") or []),
             )
             if not sig.prefilter:
                 raise ValueError(f"signature {sig.id} has no prefilter")
             sig.compiled = _compile(sig.regex, self.use_re2)
             self.signatures.append(sig)
         self.by_id = {s.id: s for s in self.signatures}
+        self._shadows: dict[str, tuple[str, ...]] = {s.id: tuple(s.shadows) for s in self.signatures if s.shadows}
+        for sid, ids in self._shadows.items():
+            if unknown := [x for x in ids if x not in self.by_id]:
+                raise ValueError(f"signature {sid} shadows unknown signature id(s) {unknown}")
         self._benign = [s for s in self.signatures if s.role == "benign" and "^" not in s.regex]
         self.progress: list[ProgressPattern] = []
         for e in cat.get("progress", []):
@@ -387,6 +394,9 @@ class Matcher:
             return benign if include_benign else []
         if any(not f.generic for f in found):
             found = [f for f in found if not f.generic]
+        shadowed = {x for f in found for x in self._shadows.get(f.id, ())}
+        if shadowed:
+            found = [f for f in found if f.id not in shadowed]
         if include_benign:
             found.extend(benign)
         return found

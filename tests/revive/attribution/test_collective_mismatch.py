@@ -84,7 +84,7 @@ def test_ddp_unused_parameters_runtime_error_is_the_programs_error():
     a = attribute(_job(_traceback(
         "RuntimeError: Expected to have finished reduction in the prior iteration before starting a new one. "
         "This error indicates that your module has parameters that were not used in producing loss.")))
-    assert a.root_event is not None and a.root_event.signature_id == "py.exception_generic"
+    assert a.root_event is not None and a.root_event.signature_id == "py.ddp_unused_parameters"
     assert (a.category, a.domain, a.action) == (Category.app_bug, Domain.application, Action.stop_no_retry)
 
 
