@@ -28,8 +28,11 @@ class AttributionActivities:
         except Exception as e:  # the engine must never take an incident down
             activity.logger.exception("attribution engine failed")
             return unknown_attribution(bundle, f"{type(e).__name__}: {e}")
-        if bundle.notes and a.category == Category.none and bundle.trigger is not None:
-            # something triggered but the evidence could not be read: say unknown, not healthy
+        unexplained = a.category == Category.none or (a.root_event is not None
+                                                      and a.root_event.signature_id == "slurm.state_failed")
+        if bundle.notes and unexplained and bundle.trigger is not None:
+            # something triggered but the evidence could not be read (the engine found nothing, or only
+            # the scheduler's FAILED): the recorded fallback says why, not "healthy" or a guess
             return unknown_attribution(bundle, "; ".join(bundle.notes))
         return a
 
