@@ -428,7 +428,8 @@ class Matcher:
 
     # ------------------------------------------------------------------ progress
     def progress_of(self, body: str) -> tuple[bool, int | None, float | None]:
-        """(is_progress_line, iteration, iteration_time_seconds) for one line body."""
+        """(is_progress_line, iteration, iteration_time_seconds) for one line body. A pattern gives the
+        time as ``ms``, ``seconds`` or ``per_second`` (a throughput: samples/s, it/s → 1/rate seconds per unit)."""
         try:
             return self._progress_of(body)
         except UnicodeEncodeError:  # a lone surrogate: see match
@@ -452,6 +453,8 @@ class Matcher:
                     return True, it, float(gd["ms"]) / 1000.0
                 if gd.get("seconds"):
                     return True, it, float(gd["seconds"])
+                if gd.get("per_second") and float(gd["per_second"]) > 0:
+                    return True, it, 1.0 / float(gd["per_second"])  # a rate: seconds per unit of work
             except ValueError:
                 continue
         return is_prog, None, None
