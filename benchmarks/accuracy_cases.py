@@ -52,6 +52,25 @@ class Result:
     conf: list[tuple[float, bool]] = field(default_factory=list)
     misses: list[str] = field(default_factory=list)
 
+    def add(self, exp: dict, category: str, domain: str, culprit_nodes: list[str], action: str) -> tuple[bool, bool, bool, int]:
+        """Count one verdict against ``exp`` (an expected.yaml mapping); return (category, domain, action
+        right, culprit nodes found)."""
+        cat_ok = exp["category"] == category
+        dom_ok = exp["attribution"] == domain
+        act_ok = exp["recommended_action"] == action
+        want = set(exp.get("culprit_nodes") or [])
+        hit = len(want & set(culprit_nodes))
+        self.cases += 1
+        self.category += cat_ok
+        self.domain += dom_ok
+        self.action += act_ok
+        self.culprit_hit += hit
+        self.culprit_total += len(want)
+        if exp["category"] == "none":
+            self.negatives += 1
+            self.false_incidents += category != "none"
+        return cat_ok, dom_ok, act_ok, hit
+
     def rate(self, n: int, d: int) -> float:
         return n / d if d else 1.0
 
@@ -90,21 +109,9 @@ def score(name: str, cases: list[Path]) -> Result:
     for case in cases:
         exp = yaml.safe_load((case / "expected.yaml").read_text(encoding="utf-8"))
         got = attribute(load_case(case))
-        res.cases += 1
-        cat_ok = exp["category"] == got.category.value
-        dom_ok = exp["attribution"] == got.domain.value
-        act_ok = exp["recommended_action"] == got.action.value
+        cat_ok, dom_ok, act_ok, hit = res.add(exp, got.category.value, got.domain.value, got.culprit_nodes,
+                                              got.action.value)
         want = set(exp.get("culprit_nodes") or [])
-        hit = len(want & set(got.culprit_nodes))
-        res.category += cat_ok
-        res.domain += dom_ok
-        res.action += act_ok
-        res.culprit_hit += hit
-        res.culprit_total += len(want)
-        if exp["category"] == "none":
-            res.negatives += 1
-            if got.category.value != "none":
-                res.false_incidents += 1
         res.conf.append((float(got.confidence), cat_ok and act_ok))
         bad = []
         if not cat_ok:
