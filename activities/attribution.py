@@ -12,6 +12,7 @@ from activities.blocking import run_blocking
 from revive.attribution.engine import attribute
 from revive.attribution.external import ExternalAttributionClient
 from revive.attribution.fallback import unknown_attribution
+from revive.attribution.verdict import UNEXPLAINED_FAILURE
 from revive.models import Attribution, Category, EvidenceBundle
 
 
@@ -29,7 +30,7 @@ class AttributionActivities:
             activity.logger.exception("attribution engine failed")
             return unknown_attribution(bundle, f"{type(e).__name__}: {e}")
         unexplained = a.category == Category.none or (a.root_event is not None
-                                                      and a.root_event.signature_id == "slurm.state_failed")
+                                                      and a.root_event.signature_id == UNEXPLAINED_FAILURE)
         if bundle.notes and unexplained and bundle.trigger is not None:
             # something triggered but the evidence could not be read (the engine found nothing, or only
             # the scheduler's FAILED): the recorded fallback says why, not "healthy" or a guess

@@ -1080,6 +1080,10 @@ def _order_key(ev: _Ev):
 
 
 
+UNEXPLAINED_FAILURE = "slurm.state_failed"
+"""Root signature id of rule 3ax's verdict: the scheduler says the job failed and nothing explains it."""
+
+
 def _scheduler_failed(bundle: EvidenceBundle) -> str:
     """``"job 42 state=FAILED exit_code=1:0"`` when the scheduler record (or the job-state trigger) says
     the job ended FAILED with a non-zero exit code, else ``""``. Slurm's ``exit_code`` is
@@ -1276,7 +1280,7 @@ def _decide(ctx: _Ctx) -> Attribution:
         #      evidence explains it: an unexplained failure, never "healthy" (al-005 prolog failure,
         #      af-008 a Neuron collective error the catalog does not know)
         if failed := _scheduler_failed(bundle):
-            ev = Event(source="slurm", text=failed, signature_id="slurm.state_failed")
+            ev = Event(source="slurm", text=failed, signature_id=UNEXPLAINED_FAILURE)
             return Attribution(category=Category.crash, domain=Domain.unknown, confidence=0.3, root_event=ev,
                                action=Action.restart_in_place, node_notes=node_notes,
                                explanation=f"The scheduler reports the job failed ({failed}) but no failure "
