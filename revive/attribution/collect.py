@@ -37,6 +37,9 @@ for job step to finish.``, ``srun: forcing job termination``, slurmstepd ``*** S
 CANCELLED AT <time> ***``. Output after one is the dying step's buffered lines (srun holds a task's
 partial line, e.g. a tqdm bar, until the task exits), never progress of a run that survived."""
 _EXTRA_LITERALS = [_ATTEMPT, _RESUMED, "GPU at PCI:", "Root Cause (first observed failure)", *_STEP_TEARDOWN]
+_ZERO_BAR = re.compile(r"(?:^|[\s|:])0%\||\| *0/(?:\d+|\?) \[")
+"""A tqdm bar at its first render (``  0%|          | 0/188 [00:00<?, ?it/s]``, tqdm 4.x
+``format_meter``): the loop was entered but no step has finished - not a first progress line."""
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
 _TB_RANK = re.compile(r"^\s*rank\s*:\s*(?P<rank>\d+)")
 _TB_HOST = re.compile(r"^\s*host\s*:\s*(?P<host>[\w.-]+)")
@@ -87,6 +90,8 @@ class _Ctx:
     """Line indices of the attempt's Slurm step-teardown lines (``_STEP_TEARDOWN``)."""
     tail_start: int = 0
     first_progress_seq: int | None = None
+    """``seq`` of the attempt's first progress line that shows a finished step (a tqdm bar's first
+    ``0/N`` render does not)."""
     rank_host: dict[int, str] = field(default_factory=dict)
     uuid_by_pci: dict[str, str] = field(default_factory=dict)
     ref_year: int = 1970
@@ -263,7 +268,7 @@ def _collect_job_log(ctx: _Ctx) -> None:
         is_prog, it, secs = matcher.progress_of(body)
         if is_prog:
             ctx.progress_idx.append(i)
-            if ctx.first_progress_seq is None:
+            if ctx.first_progress_seq is None and not _ZERO_BAR.search(body):
                 ctx.first_progress_seq = ctx.seq
             if secs is not None:
                 key = str(meta.rank if meta.rank is not None else
@@ -428,8 +433,11 @@ def _synthetic(ctx: _Ctx) -> None:
                                 tier=2, action=Action.restart_in_place, family="slurm", source="Slurm elapsed >= time limit")
             ctx.events.append(_Ev(source="slurm", line_no=None, m=sm, seq=10**12 + 9,
                                   text=f"job {b.job.job_id} elapsed {b.job.elapsed} >= time limit {b.job.time_limit}"))
-    # bare SIGKILL / 137 in the exit code: a weak crash hint (never OOM by itself)
-    if b.job and b.job.exit_code:
+    # bare SIGKILL / 137 in the exit code: a weak crash hint (never OOM by itself). Not for a CANCELLED
+    # job: cancelling sends SIGTERM, then SIGKILL after KillWait (scancel(1), slurm.conf(5) KillWait,
+    # Slurm 22.05), so the signal is the cancellation's own
+    cancelled = str(b.job.state).upper().split(".")[-1].startswith("CANCELLED") if b.job else False
+    if b.job and b.job.exit_code and not cancelled:
         ec = b.job.exit_code.split(":")
         if (len(ec) == 2 and ec[1] == "9") or ec[0] == "137":
             sm = SignatureMatch(id="slurm.exit_sigkill", category=Category.crash, domain=Domain.unknown,

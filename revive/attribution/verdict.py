@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 from revive.attribution.calibrate import apply as apply_calibration
 from revive.attribution.collect import (
+    _STEP_TEARDOWN,
     MAX_CASCADES,
     _collect_job_log,
     _collect_kernel,
@@ -1018,13 +1019,19 @@ _INIT_LINE = re.compile(
     r"[Ii]nitializing (?:ddp|distributed): GLOBAL_RANK: (?P<g>\d+), MEMBER: (?P<m>\d+)/(?P<n>\d+)"
     r"|store_based_barrier|[Ww]aiting in store based barrier|init_process_group|_configure_distributed_model"
     r"|deepspeed/__init__\.py|[Ii]nitializing (?:torch\.)?distributed|jax\.distributed\.initialize|"
-    r"NCCL INFO (?:Bootstrap|NET/|Using network|cudaDriverVersion|comm 0x)")
+    r"NCCL INFO (?:Bootstrap|NET/|Using network|cudaDriverVersion|comm 0x)"
+    r"|All (?:DDP|distributed) processes registered\. Starting (?:ddp )?with \d+ processes"
+    r"|\[engine\.py:\d+:_configure_\w+\]|\[comm\.py:\d+:init_distributed\]")
 """Lines of a distributed start-up: Lightning's ``initializing ddp: GLOBAL_RANK: g, MEMBER: m/N``
 (pytorch_lightning 1.x ``DDPPlugin.init_ddp_connection``; ``Initializing distributed:`` in 2.x
 ``lightning.fabric.utilities.distributed``), torch's store-based barrier and ``init_process_group``
 (torch.distributed.distributed_c10d, 1.x-2.x), DeepSpeed's engine set-up frames
-(``deepspeed/__init__.py initialize`` → ``_configure_distributed_model``, 0.8-0.14), JAX's
-``jax.distributed.initialize`` and NCCL's communicator init INFO lines (NCCL 2.x)."""
+(``deepspeed/__init__.py initialize`` → ``_configure_distributed_model``, 0.8-0.14) and its log lines
+(``[engine.py:N:_configure_optimizer]`` from ``DeepSpeedEngine.__init__``, ``[comm.py:N:init_distributed]``
+from deepspeed/comm/comm.py), Lightning's ``All DDP processes registered. Starting ddp with N
+processes`` (1.x; ``All distributed processes registered. Starting with N processes`` in 2.x: the
+process group exists, the first collective has not run), JAX's ``jax.distributed.initialize`` and
+NCCL's communicator init INFO lines (NCCL 2.x)."""
 INIT_TAIL_LINES = 30
 
 
@@ -1058,6 +1065,45 @@ def _stuck_in_init(ctx: _Ctx, ended_by: str = "The time limit") -> tuple[str, tu
     return why + " Restart in place; if it recurs, collect py-spy stacks.", (Domain.unknown, Action.restart_in_place)
 
 
+_EXT_BUILD = re.compile(r"as PyTorch extensions root\.\.\.|Building extension module \w+|Loading extension module \w+"
+                        r"|build and load the \w+ kernel during runtime|Emitting ninja build file")
+"""A JIT C++/CUDA extension build (torch.utils.cpp_extension ``load``, 1.x-2.x: ``Using <dir> as PyTorch
+extensions root...``, ``Emitting ninja build file``, ``Building extension module <name>...``, ``Loading
+extension module <name>...``; DeepSpeed op_builder and ColossalAI ``No pre-built kernel is found, build
+and load the <name> kernel during runtime now`` print these). The build is serialised by a lock file in
+the extensions root (torch/utils/file_baton.py ``FileBaton.wait`` polls it with no timeout): a lock
+left by a killed build makes every later run wait forever (OpenRLHF/OpenRLHF#208,
+hpcaitech/ColossalAI#3359)."""
+EXT_BUILD_TAIL_LINES = 6
+_EXT_BUILD_WHY = ("{ended} ended an attempt whose log stops in a JIT extension build ({line!r}) with no "
+                  "progress after it: the build waited on its lock (a stale lock file in the extensions root, "
+                  "left by a killed build, is waited on forever). It waits again on every retry: stop; remove "
+                  "the lock in the extensions root (TORCH_EXTENSIONS_DIR) or prebuild the ops.")
+"""How many of the attempt's last non-empty lines (before Slurm's teardown lines) rule 3ay reads."""
+
+
+def _stuck_in_extension_build(ctx: _Ctx) -> str:
+    """Rule 3ay. The attempt's last ``EXT_BUILD_TAIL_LINES`` non-empty lines, before Slurm's teardown
+    lines, hold a JIT extension build line (``_EXT_BUILD``) and no progress line follows it: the
+    quoted line, else ``""``."""
+    lines = ctx.lines
+    tail: list[tuple[int, str]] = []
+    for i in range(len(lines) - 1, max(-1, len(lines) - 400), -1):
+        x = lines[i][:MAX_TEXT]
+        if not x.strip() or any(t in x for t in _STEP_TEARDOWN) or "DUE TO TIME LIMIT" in x:
+            continue
+        tail.append((i, x))
+        if len(tail) >= EXT_BUILD_TAIL_LINES:
+            break
+    progress = set(ctx.progress_idx)
+    for i, x in tail:  # newest first
+        if i in progress:
+            return ""
+        if _EXT_BUILD.search(x):
+            return x.strip()[:160]
+    return ""
+
+
 def _training_finished(ctx: _Ctx) -> bool:
     """The log shows the last iteration of the run (``iteration N/N``) or a framework's
     end-of-training line."""
@@ -1078,6 +1124,29 @@ def _order_key(ev: _Ev):
     return (ev.tier, not authoritative, severity, ev.ts is None, ev.ts or datetime.min.replace(tzinfo=UTC), ev.seq)
 
 
+
+
+_TRACE_ONLY = frozenset({"nccl.error_trace"})
+"""Roots that are a failure's trace, not its report: NCCL's INFO-level ``file:line -> code`` lines."""
+
+
+def _trace_of_completed_job(ctx: _Ctx, roots: list[_Ev]) -> str:
+    """``"job 42 ended COMPLETED with exit code 0:0"`` when every root is only an error trace
+    (``_TRACE_ONLY``) and the scheduler record says the job succeeded, else ``""``: NCCL prints the
+    trace at teardown too (a proxy thread's accept after the peers left, an-020), and a job whose
+    every step exited 0 (Slurm COMPLETED, sacct(1) JOB STATE CODES, Slurm 22.05) survived it. Any
+    other root keeps its incident (sacct can say COMPLETED for a step whose task failed, l-016)."""
+    job = ctx.bundle.job
+    if not job or not roots or any(e.m.id not in _TRACE_ONLY for e in roots):
+        return ""
+    if str(job.state).upper().split(".")[-1] != "COMPLETED":
+        return ""
+    if [p.strip() for p in str(job.exit_code or "0:0").split(":")] not in (["0", "0"], ["0"]):
+        return ""
+    trig = ctx.bundle.trigger
+    if trig and trig.kind in (TriggerKind.no_progress, TriggerKind.job_state):
+        return ""
+    return f"job {job.job_id} ended COMPLETED with exit code {job.exit_code or '0:0'}"
 
 
 UNEXPLAINED_FAILURE = "slurm.state_failed"
@@ -1238,6 +1307,10 @@ def _decide(ctx: _Ctx) -> Attribution:
         # 3at. cancelled by a person (not at its time limit) while still in the distributed start-up, never
         #      having trained: the start-up hung (LLaMA-Factory#3534: every communicator "Init COMPLETE", then nothing)
         state = ((bundle.job.state if bundle.job else "") or "").upper()
+        if state.startswith("CANCELLED") and not cascades_all and (build := _stuck_in_extension_build(ctx)):
+            return Attribution(category=Category.hang, domain=Domain.system, confidence=_conf("engine.silent_hang", 0.5),
+                               action=Action.stop_no_retry, node_notes=node_notes,
+                               explanation=_EXT_BUILD_WHY.format(ended="A cancellation", line=build))
         if (state.startswith("CANCELLED") and ctx.first_progress_seq is None and not cascades_all
                 and not any("DUE TO TIME LIMIT" in x[:MAX_TEXT] for x in ctx.lines[-50:])
                 and (init := _stuck_in_init(ctx, ended_by="A cancellation"))):
@@ -1278,7 +1351,7 @@ def _decide(ctx: _Ctx) -> Attribution:
         note = f" Notes: {'; '.join(bundle.notes)}" if bundle.notes else ""
         # 3ax. the scheduler says the job failed (FAILED with a non-zero exit code) and nothing in the
         #      evidence explains it: an unexplained failure, never "healthy" (al-005 prolog failure,
-        #      af-008 a Neuron collective error the catalog does not know)
+        #      af-008 a Neuron collective error the catalog did not know before 2026.12.14)
         if failed := _scheduler_failed(bundle):
             ev = Event(source="slurm", text=failed, signature_id=UNEXPLAINED_FAILURE)
             return Attribution(category=Category.crash, domain=Domain.unknown, confidence=0.3, root_event=ev,
@@ -1293,6 +1366,11 @@ def _decide(ctx: _Ctx) -> Attribution:
     # ---- pick the root
     root = roots[0]
     recovered = _recovered(ctx, roots)
+    if not recovered and (ok := _trace_of_completed_job(ctx, roots)):
+        return Attribution(category=Category.none, domain=Domain.unknown, confidence=0.5, action=Action.none,
+                           cascade_events=cite(None), node_notes=node_notes,
+                           explanation=f"Only NCCL's error trace was printed (first: line {root.line_no}) and {ok}: "
+                                       "teardown noise the run survived, no incident.")
     if recovered:
         return Attribution(category=Category.none, domain=Domain.unknown, confidence=0.5, action=Action.none,
                            cascade_events=cite(None), node_notes=node_notes,
@@ -1313,6 +1391,10 @@ def _decide(ctx: _Ctx) -> Attribution:
         cat, dom, act = Category.hang, Domain.application, Action.restart_in_place
         teardown = (f" Before the time limit the run had hung: {stalled}. The time limit ended a hang; restart "
                     "in place, and if it recurs at the same point it is the application's (collect py-spy stacks).")
+    elif cat == Category.timeout and (build := _stuck_in_extension_build(ctx)):
+        # rule 3ay: the time limit ended a run waiting in a JIT extension build (a stale build lock)
+        cat, dom, act = Category.hang, Domain.system, Action.stop_no_retry
+        teardown = " " + _EXT_BUILD_WHY.format(ended="The time limit", line=build)
     elif cat == Category.timeout and ctx.first_progress_seq is None and (init := _stuck_in_init(ctx)):
         # rule 3al: the whole time limit went by before a first training step, the log ending in the
         # distributed start-up: the start-up hung (a wall-time problem would have trained first)

@@ -1,7 +1,7 @@
 """Rule 3ax (a job the scheduler reports FAILED, with nothing in the evidence to explain it) and the
 c10d store/rendezvous signature (catalog 2026.12.9), as incidents reach Revive.
 
-A Slurm prolog fails on the allocated node and the allocation is revoked; a Neuron collective library
+A Slurm prolog fails on the allocated node and the allocation is revoked; a Neuron runtime module
 prints errors the catalog has never seen; the job ends FAILED with exit code 1. The verdict is an
 unexplained crash (unknown domain, restart in place, low confidence), never "healthy". The same log with
 a COMPLETED record stays healthy. A TCPStore/rendezvous connect timeout is the job's own key-value store
@@ -21,9 +21,11 @@ salloc: Job allocation 235454 has been revoked.
 
 UNKNOWN_LIBRARY_ERRORS = """\
 step 1200 | loss 2.314 | 3.1 s/it
-2024-Jan-11 19:01:15.503417 18506:21252 ERROR   ENC:alg_ring_init    [nec_dev 13] failed to configure network connector for RING
-2024-Jan-11 19:01:15.499989 18506:21240 ERROR   ENC:ncclNetRegMr     failed neuronNetRegMr request to NCCL
+2024-Nov-09 16:14:06.614656 66954:67406 ERROR  TDRV:build_enc_source_target_pairs           Failed to parse src_target_pairs on ENC
+2024-Nov-09 16:14:06.662122 66954:67406 ERROR  TDRV:ib_create_one_block                     failed to translate instructions
 """
+"""Neuron runtime driver (TDRV) lines (aws-neuron/aws-neuron-sdk#1030), a module the catalog has no
+entry for (its collectives module, ENC, is ``neuron.collectives_error`` since catalog 2026.12.14)."""
 
 
 def job(state: str, exit_code: str | None) -> JobRecord:

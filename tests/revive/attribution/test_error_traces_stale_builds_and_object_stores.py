@@ -1,0 +1,178 @@
+"""Round-22 incidents (catalog 2026.12.15): NCCL's INFO-level error trace, ROCm GPU memory faults,
+object-store and corrupt-sample reads, a run waiting forever on a JIT extension build's lock (rule
+3ay), and start-ups a person cancelled.
+
+- NCCL logs ``<file>:<line> -> <ncclResult_t>`` at every level a failing call returns through
+  (src/include/checks.h). When the WARN line is missing (NVIDIA/nccl#1000) that trace is all there is:
+  an NCCL failure, not an unexplained crash. It loses to any real NCCL report, and a job that
+  COMPLETED with every step at exit 0 survived it (teardown noise).
+- ROCR-Runtime's ``Memory access fault by GPU node-N ... Reason: ...`` is the AMD illegal access; with
+  an ECC reason it is the GPU's memory.
+- botocore / the AWS SDK for C++ / MosaicML streaming errors and undecodable images are I/O.
+- ``Using <dir> as PyTorch extensions root...`` as the last words of a cancelled or timed-out run is
+  the build waiting on a stale lock: a hang of the site's cache, the same on every retry.
+- A person's cancel kills with SIGKILL after KillWait: ``0:9`` is the cancellation, not a crash; a
+  tqdm bar at ``0/N`` is no finished step."""
+
+from __future__ import annotations
+
+from revive.attribution.engine import attribute
+from revive.models import EvidenceBundle, JobRecord
+
+NODES = ["gpu-node-001", "gpu-node-002"]
+
+
+def job(state: str, exit_code: str, nodes: list[str] | None = None) -> JobRecord:
+    return JobRecord(job_id="60011", nodes=nodes or NODES, state=state, exit_code=exit_code)
+
+
+BOOTSTRAP_TRACE = """\
++ srun --nodes=2 --ntasks-per-node=1 torchrun --nnodes=2 --nproc_per_node=8 train_fsdp.py
+gpu-node-001:2293:2293 [0] NCCL INFO Bootstrap : Using ibp12s0:10.0.0.102<0>
+NCCL version 2.18.5+cuda11.8
+gpu-node-002:2351:2678 [2] NCCL INFO group.cc:65 -> 2 [Async thread]
+gpu-node-002:2354:2687 [5] NCCL INFO bootstrap.cc:270 -> 2
+gpu-node-002:2349:2688 [0] NCCL INFO misc/socket.cc:567 -> 2
+gpu-node-002:2352:2691 [3] NCCL INFO init.cc:1350 -> 2
+srun: error: gpu-node-002: task 1: Exited with exit code 1
+"""
+
+
+def test_an_nccl_error_trace_with_no_warn_line_is_an_nccl_failure():
+    a = attribute(EvidenceBundle(job_log=BOOTSTRAP_TRACE, job=job("FAILED", "1:0")))
+    assert a.category.value == "nccl_error", a.explanation
+    assert a.root_event is not None and a.root_event.signature_id == "nccl.error_trace"
+    assert a.action.value == "restart_in_place"  # the trace alone does not say whose it is
+    assert a.culprit_nodes == []
+
+
+def test_a_real_nccl_report_outranks_its_trace():
+    text = BOOTSTRAP_TRACE.replace(
+        "srun: error:", "RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1269, unhandled system error, "
+        "NCCL version 2.18.5\nsrun: error:")
+    a = attribute(EvidenceBundle(job_log=text, job=job("FAILED", "1:0")))
+    assert a.root_event is not None and a.root_event.signature_id == "nccl.system_error", a.explanation
+
+
+TEARDOWN_TRACE = """\
+[testing] Running with BF16, with top-k (async=True, previous=True) ... passed
+[tuning] Best combine: SMs 24, NVL chunk 8: 148.90 GB/s (NVL)
+gpu-node-001:2374:2994 [0] proxy.cc:1458 NCCL WARN [Service thread] Accept failed Resource temporarily unavailable
+gpu-node-001:2374:2994 [0] NCCL INFO misc/socket.cc:826 -> 3
+gpu-node-001:2378:3013 [4] NCCL INFO misc/socket.cc:47 -> 3
+"""
+
+
+def test_a_trace_at_teardown_of_a_job_that_completed_is_not_an_incident():
+    ok = attribute(EvidenceBundle(job_log=TEARDOWN_TRACE, job=job("COMPLETED", "0:0", ["gpu-node-001"])))
+    assert ok.category.value == "none" and ok.action.value == "none", ok.explanation
+    # the same lines in a job that failed are its failure
+    bad = attribute(EvidenceBundle(job_log=TEARDOWN_TRACE, job=job("FAILED", "1:0", ["gpu-node-001"])))
+    assert bad.category.value == "nccl_error", bad.explanation
+
+
+ROCM_FAULT = """\
++ python3 train.py --epochs 50 --batch-size 64 --device cuda
+Epoch 1/50  train_loss=2.1034  val_loss=1.9877  time=312.4s
+Epoch 2/50  train_loss=1.7412  val_loss=1.6920  time=309.8s
+Memory access fault by GPU node-2 (Agent handle: 0x55fea5592860) on address 0x7fc133800000. Reason: {reason}.
+Aborted (core dumped)
+"""
+
+
+def test_a_rocm_memory_access_fault_is_a_gpu_error_not_the_abort_after_it():
+    text = ROCM_FAULT.format(reason="Page not present or supervisor privilege")
+    a = attribute(EvidenceBundle(job_log=text, job=job("FAILED", "134:0", ["gpu-node-001"])))
+    assert (a.category.value, a.domain.value, a.action.value) == ("cuda_error", "unknown", "restart_in_place"), a.explanation
+    assert a.root_event is not None and a.root_event.signature_id == "rocm.memory_access_fault"
+    assert a.culprit_nodes == []  # "node-2" is the HSA agent, not a host
+
+
+def test_a_rocm_memory_fault_with_an_ecc_reason_drains_the_node():
+    text = ROCM_FAULT.format(reason="DRAM ECC failure")
+    a = attribute(EvidenceBundle(job_log=text, job=job("FAILED", "134:0", ["gpu-node-001"])))
+    assert (a.category.value, a.domain.value) == ("gpu_memory_ecc", "hardware"), a.explanation
+    assert a.action.value == "drain_and_requeue"
+    assert a.culprit_nodes == ["gpu-node-001"]
+
+
+def test_object_store_and_corrupt_sample_errors_are_io_errors():
+    lines = [
+        "OSError: AWS Error NETWORK_CONNECTION during GetObject operation: curlCode: 28, Timeout was reached",
+        "botocore.exceptions.ClientError: An error occurred (NoSuchKey) when calling the GetObject operation: "
+        "The specified key does not exist.",
+        "RuntimeError: Failed to download s3://bucket/data/train/index.json -> /tmp/tmp95xvpyl_/train/index.json. "
+        "Got errors:",
+        "InternalError (see above for traceback): DALI daliOutput(&pipe_handle_) failed: Critical error in pipeline: "
+        'Error in thread 0: [/opt/dali/dali/pipeline/operators/decoder/nvjpeg_decoder.h:331] NVJPEG error "3"',
+    ]
+    for line in lines:
+        text = f"step 800 | loss 5.44\nTraceback (most recent call last):\n{line}\n"
+        a = attribute(EvidenceBundle(job_log=text, job=job("FAILED", "1:0", ["gpu-node-001"])))
+        assert (a.category.value, a.action.value) == ("io_error", "restart_in_place"), (line, a.explanation)
+
+
+def test_an_eio_does_not_say_whose_storage_failed():
+    text = "step 500 | loss 1.2\nOSError: [Errno 5] Input/output error: '/lustre/ckpt/step_500/model.pt'\n"
+    a = attribute(EvidenceBundle(job_log=text, job=job("FAILED", "1:0", ["gpu-node-001"])))
+    assert (a.category.value, a.domain.value) == ("io_error", "unknown"), a.explanation
+
+
+STALE_BUILD_LOCK = """\
++ srun --nodes=2 --ntasks-per-node=1 deepspeed train_sft.py --zero_stage 2 --bf16
+[2024-02-06 09:14:05,219] [INFO] [comm.py:668:init_distributed] Initializing TorchBackend in DeepSpeed with backend nccl
+Using /home/user/.cache/torch_extensions/py310_cu118 as PyTorch extensions root...
+Using /home/user/.cache/torch_extensions/py310_cu118 as PyTorch extensions root...
+"""
+
+
+def test_a_run_ended_while_waiting_on_an_extension_build_is_a_stale_lock_hang():
+    for state, tail in (("TIMEOUT", "slurmstepd: error: *** JOB 208208 ON gpu-node-001 CANCELLED AT "
+                                    "2024-02-06T13:14:02 DUE TO TIME LIMIT ***\n"),
+                        ("CANCELLED", "slurmstepd: error: *** JOB 208208 ON gpu-node-001 CANCELLED AT "
+                                      "2024-02-06T10:41:37 ***\n")):
+        a = attribute(EvidenceBundle(job_log=STALE_BUILD_LOCK + tail, job=job(state, "0:15")))
+        assert (a.category.value, a.domain.value, a.action.value) == ("hang", "system", "stop_no_retry"), (state, a.explanation)
+        assert "extensions root" in a.explanation
+
+
+def test_a_build_that_finished_and_trained_is_not_a_stale_lock():
+    trained = STALE_BUILD_LOCK + "Loading extension module fused_adam...\n" + "".join(
+        f"step {i} | loss 2.{i} | 1.3 s/it\n" for i in range(1, 30))
+    a = attribute(EvidenceBundle(job_log=trained, job=job("TIMEOUT", "0:15")))
+    assert a.category.value == "timeout", a.explanation
+
+
+CANCELLED_AT_FIRST_ALLGATHER = """\
++ TORCH_DISTRIBUTED_DEBUG=DETAIL NCCL_DEBUG=INFO torchrun --nnodes 1 --nproc_per_node 2 T5_training.py
+r0 Training Epoch:   0%|          | 0/188 [00:00<?, ?it/s]
+gpu-node-001:3183:3183 [0] NCCL INFO Bootstrap : Using eno1:10.0.0.1<0>
+gpu-node-001:3183:3183 [0] NCCL INFO cudaDriverVersion 12010
+NCCL version 2.18.1+cuda12.1
+"""
+
+
+def test_a_cancel_before_the_first_step_is_a_start_up_hang_not_a_sigkill_crash():
+    a = attribute(EvidenceBundle(job_log=CANCELLED_AT_FIRST_ALLGATHER, job=job("CANCELLED", "0:9", ["gpu-node-001"])))
+    assert (a.category.value, a.action.value) == ("hang", "restart_in_place"), a.explanation
+    assert a.root_event is None or a.root_event.signature_id != "slurm.exit_sigkill"
+    # the same exit code on a job that was not cancelled stays the weak SIGKILL hint
+    b = attribute(EvidenceBundle(job_log=CANCELLED_AT_FIRST_ALLGATHER, job=job("FAILED", "0:9", ["gpu-node-001"])))
+    assert b.root_event is not None and b.root_event.signature_id == "slurm.exit_sigkill", b.explanation
+
+
+def test_a_cancel_after_lightning_registered_every_process_is_a_start_up_hang():
+    text = ("+ python main.py -t --base configs/stable-diffusion/pokemon.yaml --gpus 0,1\n--------\n"
+            "distributed_backend=nccl\nAll DDP processes registered. Starting ddp with 2 processes\n--------\n")
+    a = attribute(EvidenceBundle(job_log=text, job=job("CANCELLED", "0:15", ["gpu-node-001"])))
+    assert a.category.value == "hang", a.explanation
+
+
+def test_a_py_spy_dump_in_any_thread_id_format_is_a_stuck_process():
+    for header in ('Thread 0x1F90C7080 (active): "MainThread"', 'Thread 165 (active+gil): "MainThread"',
+                   'Thread (idle): "MainThread"'):
+        text = (f"[titan] Training starts at step 1\n+ py-spy dump --pid 4242\n{header}\n"
+                "    all_gather_into_tensor (torch/distributed/distributed_c10d.py:4381)\n")
+        a = attribute(EvidenceBundle(job_log=text, job=job("RUNNING", "0:0", ["gpu-node-001"])))
+        assert a.category.value == "hang", (header, a.explanation)
+        assert a.root_event is not None and a.root_event.signature_id == "host.stack_dump"
