@@ -80,7 +80,9 @@ def _apply_hardware_typical(ctx: _Ctx) -> None:
 _NVLINK_XIDS = {74, 144, 145, 146, 147, 148, 149, 150}
 _GPU_FAULT_XIDS = {31, 43, 48}
 _GPU_FAULT_SIGS = {"cuda.oom", "cuda.cudnn_error", "cuda.dnn_init_failed"}
-_SYSTEM_HINTS = {"host.p2p_blocker", "host.iommu_fault"}
+_SYSTEM_HINTS = {"host.p2p_blocker", "host.iommu_fault", "rccl.iommu_not_passthrough"}
+_HANG_ONLY_HINTS = {"rccl.iommu_not_passthrough"}
+"""System hints too common on healthy nodes to explain anything but a hang."""
 _DMA_FAULT_HINTS = {"host.iommu_fault"}
 """IOMMU faults are DMA the node blocked: beside a CUDA error of unknown cause (an illegal access by
 a peer-to-peer copy) they explain it too, not only hangs and NCCL errors."""
@@ -539,6 +541,8 @@ def _apply_field_rules(ctx: _Ctx) -> None:
     hints = [e for e in evs if e.m.id in _SYSTEM_HINTS]
     if hints:
         explains = {Category.hang, Category.nccl_error}
+        if all(h.m.id in _HANG_ONLY_HINTS for h in hints):
+            explains = {Category.hang}
         if any(h.m.id in _DMA_FAULT_HINTS for h in hints):
             explains.add(Category.cuda_error)
         for e in evs:
@@ -1021,7 +1025,8 @@ _INIT_LINE = re.compile(
     r"|deepspeed/__init__\.py|[Ii]nitializing (?:torch\.)?distributed|jax\.distributed\.initialize|"
     r"NCCL INFO (?:Bootstrap|NET/|Using network|cudaDriverVersion|comm 0x)"
     r"|All (?:DDP|distributed) processes registered\. Starting (?:ddp )?with \d+ processes"
-    r"|\[engine\.py:\d+:_configure_\w+\]|\[comm\.py:\d+:init_distributed\]")
+    r"|\[engine\.py:\d+:_configure_\w+\]|\[comm\.py:\d+:init_distributed\]"
+    r"|^#\s+size\s+count\s+type\s+redop\b")
 """Lines of a distributed start-up: Lightning's ``initializing ddp: GLOBAL_RANK: g, MEMBER: m/N``
 (pytorch_lightning 1.x ``DDPPlugin.init_ddp_connection``; ``Initializing distributed:`` in 2.x
 ``lightning.fabric.utilities.distributed``), torch's store-based barrier and ``init_process_group``
@@ -1030,8 +1035,10 @@ _INIT_LINE = re.compile(
 (``[engine.py:N:_configure_optimizer]`` from ``DeepSpeedEngine.__init__``, ``[comm.py:N:init_distributed]``
 from deepspeed/comm/comm.py), Lightning's ``All DDP processes registered. Starting ddp with N
 processes`` (1.x; ``All distributed processes registered. Starting with N processes`` in 2.x: the
-process group exists, the first collective has not run), JAX's ``jax.distributed.initialize`` and
-NCCL's communicator init INFO lines (NCCL 2.x)."""
+process group exists, the first collective has not run), JAX's ``jax.distributed.initialize``,
+NCCL's communicator init INFO lines (NCCL 2.x) and nccl-tests'/rccl-tests' column header (``#  size
+count type redop ...``, printed right before the first timed collective; a result row follows each
+size, so a log that ends at the header never finished one)."""
 INIT_TAIL_LINES = 30
 
 
@@ -1126,26 +1133,26 @@ def _order_key(ev: _Ev):
 
 
 
-_TRACE_ONLY = frozenset({"nccl.error_trace"})
-"""Roots that are a failure's trace, not its report: NCCL's INFO-level ``file:line -> code`` lines."""
-
-
-def _trace_of_completed_job(ctx: _Ctx, roots: list[_Ev]) -> str:
-    """``"job 42 ended COMPLETED with exit code 0:0"`` when every root is only an error trace
-    (``_TRACE_ONLY``) and the scheduler record says the job succeeded, else ``""``: NCCL prints the
-    trace at teardown too (a proxy thread's accept after the peers left, an-020), and a job whose
-    every step exited 0 (Slurm COMPLETED, sacct(1) JOB STATE CODES, Slurm 22.05) survived it. Any
-    other root keeps its incident (sacct can say COMPLETED for a step whose task failed, l-016)."""
+def _completed_job(ctx: _Ctx, roots: list[_Ev]) -> str:
+    """``"job 42 ended COMPLETED with exit code 0:0"`` when the scheduler record says the job succeeded
+    and every root is a survivable job-log line, else ``""``. Slurm's COMPLETED with exit code 0:0
+    means every step exited 0 (sacct(1) JOB STATE CODES, Slurm 22.05): NCCL's error trace at
+    teardown (an-020), Ray's "marked dead" warnings of workers that came back (ray-project/ray#15128)
+    did not stop the run. Hardware-domain and kernel roots keep their incident (the node still needs
+    care after a good run), so do NaN losses (a result) and Slurm's own task-failure lines in the log
+    (sacct can say COMPLETED for a step whose task failed, l-016)."""
     job = ctx.bundle.job
-    if not job or not roots or any(e.m.id not in _TRACE_ONLY for e in roots):
-        return ""
-    if str(job.state).upper().split(".")[-1] != "COMPLETED":
+    if not job or not roots or str(job.state).upper().split(".")[-1] != "COMPLETED":
         return ""
     if [p.strip() for p in str(job.exit_code or "0:0").split(":")] not in (["0", "0"], ["0"]):
         return ""
     trig = ctx.bundle.trigger
     if trig and trig.kind in (TriggerKind.no_progress, TriggerKind.job_state):
         return ""
+    for e in roots:
+        if (e.source != ctx.bundle.job_log_source or e.kernel or e.domain == Domain.hardware
+                or e.m.id == "app.nan_loss" or e.m.id.startswith(("slurm.", "srun."))):
+            return ""
     return f"job {job.job_id} ended COMPLETED with exit code {job.exit_code or '0:0'}"
 
 
@@ -1311,10 +1318,19 @@ def _decide(ctx: _Ctx) -> Attribution:
             return Attribution(category=Category.hang, domain=Domain.system, confidence=_conf("engine.silent_hang", 0.5),
                                action=Action.stop_no_retry, node_notes=node_notes,
                                explanation=_EXT_BUILD_WHY.format(ended="A cancellation", line=build))
-        if (state.startswith("CANCELLED") and ctx.first_progress_seq is None and not cascades_all
+        if (state.startswith("CANCELLED") and ctx.first_progress_seq is None and len(hints) == len(cascades_all)
                 and not any("DUE TO TIME LIMIT" in x[:MAX_TEXT] for x in ctx.lines[-50:])
                 and (init := _stuck_in_init(ctx, ended_by="A cancellation"))):
             dom_i, act_i = init[1]
+            if hints:
+                # the node reports a setting that stalls GPU peer-to-peer traffic (ACS, IOMMU): the node's
+                hint_nodes = sorted({n for h in hints if (n := _ev_node(h, layout, place))})
+                return Attribution(category=Category.hang, domain=Domain.system,
+                                   confidence=_conf("engine.silent_hang", 0.5), node_notes=node_notes,
+                                   culprit_nodes=hint_nodes,
+                                   action=Action.requeue_exclude_nodes if hint_nodes else Action.stop_no_retry,
+                                   explanation=init[0] + f" The node reports {split_prefix(hints[0].text)[0].strip()[:100]!r}: a node "
+                                               "setting that stalls GPU peer-to-peer traffic. Requeue without it.")
             return Attribution(category=Category.hang, domain=dom_i, confidence=_conf("engine.silent_hang", 0.5),
                                action=act_i, node_notes=node_notes, explanation=init[0])
         cascades_all = [c for c in cascades_all if c.m.id not in _SYSTEM_HINTS]
@@ -1366,11 +1382,11 @@ def _decide(ctx: _Ctx) -> Attribution:
     # ---- pick the root
     root = roots[0]
     recovered = _recovered(ctx, roots)
-    if not recovered and (ok := _trace_of_completed_job(ctx, roots)):
+    if not recovered and (ok := _completed_job(ctx, roots)):
         return Attribution(category=Category.none, domain=Domain.unknown, confidence=0.5, action=Action.none,
                            cascade_events=cite(None), node_notes=node_notes,
-                           explanation=f"Only NCCL's error trace was printed (first: line {root.line_no}) and {ok}: "
-                                       "teardown noise the run survived, no incident.")
+                           explanation=f"Errors were printed (first: {root.m.id}, line {root.line_no}) but {ok}: "
+                                       "the run survived them, no incident.")
     if recovered:
         return Attribution(category=Category.none, domain=Domain.unknown, confidence=0.5, action=Action.none,
                            cascade_events=cite(None), node_notes=node_notes,

@@ -30,6 +30,11 @@ from revive.logline import MATCH_CAP, log_int, match_window
 from revive.models import Action, Category, Domain
 from revive.signatures import xid as xidmod
 
+NOT_PROGRESS_PREFIXES = ("# nThread ",)
+"""Lines that read like a counter but never report training progress: nccl-tests' and rccl-tests'
+parameter banner (src/common.cu, nccl-tests 2.x: ``# nThread 1 nGpus 2 minBytes 8 maxBytes 134217728
+step: 2(factor) warmup iters: 5 iters: 20 ...``)."""
+
 try:  # pragma: no cover - exercised implicitly
     import re2 as _re2
 
@@ -436,6 +441,8 @@ class Matcher:
             return self._progress_of(_utf8(body))
 
     def _progress_of(self, body: str) -> tuple[bool, int | None, float | None]:
+        if body.lstrip().startswith(NOT_PROGRESS_PREFIXES):
+            return False, None, None
         is_prog = False
         for pp in self.progress:
             if not any(lit in body for lit in pp.prefilter):

@@ -176,3 +176,88 @@ def test_a_py_spy_dump_in_any_thread_id_format_is_a_stuck_process():
         a = attribute(EvidenceBundle(job_log=text, job=job("RUNNING", "0:0", ["gpu-node-001"])))
         assert a.category.value == "hang", (header, a.explanation)
         assert a.root_event is not None and a.root_event.signature_id == "host.stack_dump"
+
+
+# ---- round 23 (catalog 2026.12.16)
+
+RAY_MARKED_DEAD = """\
+The node with node id: 75b2eec8a61cdafd37cc8072b1caf9abdeef9c4e74a4f24d5dfce28d and ip: 10.0.0.7 has been marked dead because the detector has missed too many heartbeats from it. This can happen when a raylet crashes unexpectedly or has lagging heartbeats.
+['done', 'done', 'done', 'done', 'done', 'done']
+"""
+
+
+def test_warnings_of_a_job_that_completed_with_exit_0_are_not_an_incident():
+    ok = attribute(EvidenceBundle(job_log=RAY_MARKED_DEAD, job=job("COMPLETED", "0:0")))
+    assert ok.category.value == "none" and ok.culprit_nodes == [], ok.explanation
+    assert "COMPLETED" in ok.explanation
+    # the same lines while the job still runs, or in a job that failed, keep their incident
+    for state, code in (("RUNNING", "0:0"), ("FAILED", "1:0")):
+        a = attribute(EvidenceBundle(job_log=RAY_MARKED_DEAD, job=job(state, code)))
+        assert a.category.value == "node_failure", (state, a.explanation)
+
+
+def test_a_completed_record_does_not_hide_a_hardware_fault_or_a_failed_task():
+    xid = "[ 5123.4] NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus."
+    a = attribute(EvidenceBundle(job_log="step 10 | loss 1.0\n", kernel_logs={"gpu-node-001": [xid]},
+                                 job=job("COMPLETED", "0:0", ["gpu-node-001"])))
+    assert a.domain.value == "hardware", a.explanation
+    task = "step 10 | loss 1.0\nsrun: error: gpu-node-001: task 3: Exited with exit code 1\n"
+    b = attribute(EvidenceBundle(job_log=task, job=job("COMPLETED", "0:0", ["gpu-node-001"])))
+    assert b.category.value != "none", b.explanation
+
+
+NCCL_TESTS_STUCK = """\
+# nThread 1 nGpus 2 minBytes 8 maxBytes 134217728 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0
+#
+rccl-tests: Version develop:3f7f785
+# Using devices
+#   Rank  0 Pid   2303 on gpu-node-001 device  0 [0000:2f:00.0] AMD Instinct MI100
+gpu-node-001:2303:2303 [0] /opt/rocm/share/rccl/src/init.cc:140 NCCL WARN Missing "iommu=pt" from kernel command line which can lead to system instablity or hang!
+#
+#                                                              out-of-place                       in-place
+#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
+slurmstepd: error: *** STEP 1129.0 ON gpu-node-001 CANCELLED AT 2024-03-30T18:42:09 ***
+"""
+
+
+def test_an_nccl_tests_run_cancelled_before_its_first_result_on_a_node_without_iommu_pt_is_the_nodes_hang():
+    a = attribute(EvidenceBundle(job_log=NCCL_TESTS_STUCK, job=job("CANCELLED", "0:15", ["gpu-node-001"])))
+    assert (a.category.value, a.domain.value) == ("hang", "system"), a.explanation
+    assert "iommu=pt" in a.explanation
+    # without the RCCL warning: a start-up hang of unknown cause
+    plain = "\n".join(x for x in NCCL_TESTS_STUCK.splitlines() if "iommu" not in x) + "\n"
+    b = attribute(EvidenceBundle(job_log=plain, job=job("CANCELLED", "0:15", ["gpu-node-001"])))
+    assert (b.category.value, b.domain.value) == ("hang", "unknown"), b.explanation
+
+
+def test_the_nccl_tests_banner_is_not_a_progress_line():
+    from revive.signatures.matcher import default_matcher
+    banner = NCCL_TESTS_STUCK.splitlines()[0]
+    assert default_matcher().progress_of(banner)[0] is False
+
+
+def test_the_iommu_pt_warning_does_not_explain_an_rccl_error_other_than_a_hang():
+    text = NCCL_TESTS_STUCK.splitlines()[5] + "\n" + (
+        "gpu-node-001:2303:2303 [0] NCCL WARN Cuda failure 'invalid argument'\n"
+        "RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1269, unhandled cuda error, NCCL version 2.18.3\n")
+    a = attribute(EvidenceBundle(job_log=text, job=job("FAILED", "1:0", ["gpu-node-001"])))
+    assert a.category.value == "nccl_error" and a.domain.value != "system", a.explanation
+
+
+def test_launch_and_image_errors_are_stopped_not_retried():
+    cases = {
+        "There are not enough slots available in the system to satisfy the 8 slots": ("app_bug", "application"),
+        "nvidia-container-cli: requirement error: unsatisfied condition: cuda>=11.0": ("crash", "system"),
+    }
+    for line, (cat, dom) in cases.items():
+        a = attribute(EvidenceBundle(job_log=f"+ mpirun -np 8 python train.py\n{line}\n", job=job("FAILED", "1:0", ["gpu-node-001"])))
+        assert (a.category.value, a.domain.value, a.action.value) == (cat, dom, "stop_no_retry"), (line, a.explanation)
+
+
+def test_ucx_transport_retry_exceeded_is_the_interconnect_not_the_abort():
+    text = ("Grid : Message : MemoryManager Cache 34004218675 bytes\n"
+            "[gpu-node-001:32182:0:32182] ib_mlx5_log.c:145  Transport retry count exceeded on mlx5_2:1/IB "
+            "(synd 0x15 vend 0x81 hw_synd 0/0)\nsrun: error: gpu-node-001: task 0: Aborted (core dumped)\n")
+    a = attribute(EvidenceBundle(job_log=text, job=job("FAILED", "134:0", ["gpu-node-001"])))
+    assert a.category.value == "nccl_error", a.explanation
+    assert a.root_event is not None and a.root_event.signature_id == "nccl.ib_retry_exceeded"
