@@ -68,10 +68,15 @@ def _straggler(ctx: _Ctx) -> tuple[bool, str, int | None]:
 _RECOVER_MIN_PROGRESS = 3
 
 
+NEVER_SURVIVED = frozenset({"app.nan_loss", "numerics.loss_scale_floor"})
+"""Roots that progress lines after them never excuse: the loop keeps printing while nothing is learned
+(a NaN loss; fp16 overflow at the loss-scale floor, every step skipped)."""
+
+
 def _recovered(ctx: _Ctx, roots: list[_Ev]) -> int:
     """Progress lines after the last root when the errors were survivable (else 0).
 
-    Only job-log, non-hardware roots count as survivable; NaN loss never is; a failed job state
+    Only job-log, non-hardware roots count as survivable; ``NEVER_SURVIVED`` ones never are; a failed job state
     or a job_state / no_progress trigger rules it out; progress after a Slurm step-teardown line
     that follows the root does not count (``collect._STEP_TEARDOWN``)."""
     b = ctx.bundle
@@ -81,7 +86,7 @@ def _recovered(ctx: _Ctx, roots: list[_Ev]) -> int:
         return 0
     last = -1
     for e in roots:
-        if e.source != b.job_log_source or e.kernel or e.domain == Domain.hardware or e.m.id == "app.nan_loss":
+        if e.source != b.job_log_source or e.kernel or e.domain == Domain.hardware or e.m.id in NEVER_SURVIVED:
             return 0
         last = max(last, e.line_no or 0)
     last_idx = last - 1

@@ -20,7 +20,7 @@ from revive.attribution.collect import (
     _synthetic,
 )
 from revive.attribution.explain import _explain_frame, _gpus
-from revive.attribution.throughput import _recovered, _slow_hosts_from_compute, _slow_nodes, _straggler
+from revive.attribution.throughput import NEVER_SURVIVED, _recovered, _slow_hosts_from_compute, _slow_nodes, _straggler
 from revive.attribution.timestamps import _prev_attempt_stalled, _ref_year, _silent_hang
 from revive.logline import LINE_CAP as MAX_TEXT
 from revive.logline import cap_line, log_int
@@ -1151,7 +1151,7 @@ def _completed_job(ctx: _Ctx, roots: list[_Ev]) -> str:
         return ""
     for e in roots:
         if (e.source != ctx.bundle.job_log_source or e.kernel or e.domain == Domain.hardware
-                or e.m.id == "app.nan_loss" or e.m.id.startswith(("slurm.", "srun."))):
+                or e.m.id in NEVER_SURVIVED or e.m.id.startswith(("slurm.", "srun."))):
             return ""
     return f"job {job.job_id} ended COMPLETED with exit code {job.exit_code or '0:0'}"
 

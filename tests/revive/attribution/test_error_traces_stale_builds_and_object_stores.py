@@ -261,3 +261,25 @@ def test_ucx_transport_retry_exceeded_is_the_interconnect_not_the_abort():
     a = attribute(EvidenceBundle(job_log=text, job=job("FAILED", "134:0", ["gpu-node-001"])))
     assert a.category.value == "nccl_error", a.explanation
     assert a.root_event is not None and a.root_event.signature_id == "nccl.ib_retry_exceeded"
+
+
+def test_fp16_overflow_at_the_loss_scale_floor_is_the_models_numerics_even_while_the_loop_runs():
+    floor = ("[2021-11-27 00:36:54,800] [INFO] [stage2.py:1628:step] [deepscale] OVERFLOW! Rank 0 Skipping step. "
+             "Attempted loss scale: 1, reducing to 1\n")
+    bars = "".join(f" 0%|          | {i}/24128 [00:40<2:40:10,  2.50it/s]\n" for i in range(98, 104))
+    a = attribute(EvidenceBundle(job_log=(floor + bars) * 3, job=job("CANCELLED", "0:15", ["gpu-node-001"])))
+    assert (a.category.value, a.domain.value, a.action.value) == ("app_bug", "application", "stop_no_retry"), a.explanation
+    # overflow above the floor is the scaler doing its job
+    ok = floor.replace("loss scale: 1, reducing to 1", "loss scale: 65536, reducing to 32768")
+    b = attribute(EvidenceBundle(job_log=(ok + bars) * 3, job=job("RUNNING", "0:0", ["gpu-node-001"])))
+    assert b.category.value == "none", b.explanation
+
+
+def test_an_ascend_hccl_failure_is_a_collective_failure():
+    text = ("ERROR 07-23 03:49:58 [core.py:515] EngineCore failed to start.\n"
+            "[ERROR] HCCL(2717288,python3):2025-07-23-03:49:57.177.194 [hccl_socket_manager.cc:778] [2734049]"
+            "[Wait][LinkEstablish]wait socket establish timeout, role[1] rank[12] timeout[120]\n"
+            "ERROR 07-23 03:49:58 [core.py:515] RuntimeError: Getting socket times out.\n")
+    a = attribute(EvidenceBundle(job_log=text, job=job("FAILED", "1:0")))
+    assert a.category.value == "nccl_error", a.explanation
+    assert a.root_event is not None and a.root_event.signature_id == "hccl.error"
