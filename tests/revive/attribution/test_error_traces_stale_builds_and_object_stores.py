@@ -283,3 +283,31 @@ def test_an_ascend_hccl_failure_is_a_collective_failure():
     a = attribute(EvidenceBundle(job_log=text, job=job("FAILED", "1:0")))
     assert a.category.value == "nccl_error", a.explanation
     assert a.root_event is not None and a.root_event.signature_id == "hccl.error"
+
+
+# ---- round 24 (catalog 2026.12.18)
+
+def test_xla_reports_a_failed_nccl_call_as_a_collective_failure_not_a_python_crash():
+    text = ("time: Sat Mar 13 14:35:13 2021, type: train_loss, epoch: 0, step: 128, elbo: -14.41902\n"
+            "Traceback (most recent call last):\n"
+            "RuntimeError: Internal: external/org_tensorflow/tensorflow/compiler/xla/service/gpu/nccl_all_reduce_thunk.cc:162: "
+            "NCCL operation ncclAllReduce(send_buffer, recv_buffer, buffer.element_count, datatype, reduce_op, comm, "
+            "*cu_stream) failed: invalid usage: while running replica 0 and partition 0 of a replicated computation\n")
+    a = attribute(EvidenceBundle(job_log=text, job=job("FAILED", "1:0", ["gpu-node-001"])))
+    assert (a.category.value, a.domain.value, a.action.value) == ("nccl_error", "unknown", "restart_in_place"), a.explanation
+
+
+def test_tpu_workers_that_stopped_answering_are_a_preemption():
+    text = ("I0902 03:33:36.516501 140070334211904 basic_session_run_hooks.py:260] loss = 1.109375, step = 488600 (45.410 sec)\n"
+            "INFO:tensorflow:ShutdownHook: lame workers found: HeartbeatManager(/job:worker/replica:0/task:0/device:CPU:0)\n")
+    a = attribute(EvidenceBundle(job_log=text))
+    assert (a.category.value, a.domain.value, a.action.value) == ("preempted", "system", "restart_in_place"), a.explanation
+
+
+def test_a_tpu_another_process_holds_is_the_nodes_state():
+    text = ("root@host:~# python train.py\nTraceback (most recent call last):\n"
+            "RuntimeError: Unable to initialize backend 'tpu': UNKNOWN: TPU initialization failed: open(/dev/vfio/1): "
+            "Device or resource busy: Device or resource busy; Couldn't open iommu group /dev/vfio/1\n")
+    a = attribute(EvidenceBundle(job_log=text, job=job("FAILED", "1:0", ["gpu-node-001"])))
+    assert (a.category.value, a.domain.value) == ("crash", "system"), a.explanation
+    assert a.culprit_nodes == ["gpu-node-001"]
