@@ -35,6 +35,15 @@ NOT_PROGRESS_PREFIXES = ("# nThread ",)
 parameter banner (src/common.cu, nccl-tests 2.x: ``# nThread 1 nGpus 2 minBytes 8 maxBytes 134217728
 step: 2(factor) warmup iters: 5 iters: 20 ...``)."""
 
+_CHAR_CLASS = re.compile(r"\[(?:\\.|[^\]\\])*\]")
+
+
+def _anchored(regex: str) -> bool:
+    """True when the regex has a ``^`` anchor (outside character classes and escapes): such an entry
+    needs the prefix-stripped body, so the raw-line benign fast path cannot decide it."""
+    return "^" in _CHAR_CLASS.sub("", regex.replace("\\\\", "").replace("\\^", ""))
+
+
 try:  # pragma: no cover - exercised implicitly
     import re2 as _re2
 
@@ -316,7 +325,7 @@ class Matcher:
         for sid, ids in self._shadows.items():
             if unknown := [x for x in ids if x not in self.by_id]:
                 raise ValueError(f"signature {sid} shadows unknown signature id(s) {unknown}")
-        self._benign = [s for s in self.signatures if s.role == "benign" and "^" not in s.regex]
+        self._benign = [s for s in self.signatures if s.role == "benign" and not _anchored(s.regex)]
         self.progress: list[ProgressPattern] = []
         for e in cat.get("progress", []):
             pp = ProgressPattern(e["id"], e["regex"], list(e.get("prefilter") or []), bool(e.get("progress_only")))
