@@ -16,6 +16,7 @@ from revive.models import (
     Domain,
     Event,
     EvidenceBundle,
+    JobState,
     TriggerKind,
 )
 from revive.signatures.matcher import Matcher, SignatureMatch, split_prefix
@@ -396,6 +397,11 @@ def _slurm_seconds(v: str) -> float | None:
     return float(days * 86400 + h * 3600 + m * 60 + sec)
 
 
+def exit_code_zero(exit_code: str | None) -> bool:
+    """Slurm's ``exit_code`` (``"<code>:<signal>"``, sacct ExitCode) is all zeros; a missing one counts as 0."""
+    return all(p.strip() in ("", "0") for p in str(exit_code or "0").split(":"))
+
+
 def _synthetic(ctx: _Ctx) -> None:
     """Slurm state and trigger as events."""
     b = ctx.bundle
@@ -436,7 +442,7 @@ def _synthetic(ctx: _Ctx) -> None:
     # bare SIGKILL / 137 in the exit code: a weak crash hint (never OOM by itself). Not for a CANCELLED
     # job: cancelling sends SIGTERM, then SIGKILL after KillWait (scancel(1), slurm.conf(5) KillWait,
     # Slurm 22.05), so the signal is the cancellation's own
-    cancelled = str(b.job.state).upper().split(".")[-1].startswith("CANCELLED") if b.job else False
+    cancelled = b.job is not None and b.job.state == JobState.CANCELLED
     if b.job and b.job.exit_code and not cancelled:
         ec = b.job.exit_code.split(":")
         if (len(ec) == 2 and ec[1] == "9") or ec[0] == "137":

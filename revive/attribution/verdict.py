@@ -18,6 +18,7 @@ from revive.attribution.collect import (
     _nodes,
     _norm_host,
     _synthetic,
+    exit_code_zero,
 )
 from revive.attribution.explain import _explain_frame, _gpus
 from revive.attribution.throughput import NEVER_SURVIVED, _recovered, _slow_hosts_from_compute, _slow_nodes, _straggler
@@ -31,6 +32,7 @@ from revive.models import (
     Domain,
     Event,
     EvidenceBundle,
+    JobState,
     PriorIncident,
     TriggerKind,
 )
@@ -1082,11 +1084,11 @@ the extensions root (torch/utils/file_baton.py ``FileBaton.wait`` polls it with 
 left by a killed build makes every later run wait forever (OpenRLHF/OpenRLHF#208,
 hpcaitech/ColossalAI#3359)."""
 EXT_BUILD_TAIL_LINES = 6
+"""How many of the attempt's last non-empty lines (before Slurm's teardown lines) rule 3ay reads."""
 _EXT_BUILD_WHY = ("{ended} ended an attempt whose log stops in a JIT extension build ({line!r}) with no "
                   "progress after it: the build waited on its lock (a stale lock file in the extensions root, "
                   "left by a killed build, is waited on forever). It waits again on every retry: stop; remove "
                   "the lock in the extensions root (TORCH_EXTENSIONS_DIR) or prebuild the ops.")
-"""How many of the attempt's last non-empty lines (before Slurm's teardown lines) rule 3ay reads."""
 
 
 def _stuck_in_extension_build(ctx: _Ctx) -> str:
@@ -1142,9 +1144,7 @@ def _completed_job(ctx: _Ctx, roots: list[_Ev]) -> str:
     care after a good run), so do NaN losses (a result) and Slurm's own task-failure lines in the log
     (sacct can say COMPLETED for a step whose task failed, l-016)."""
     job = ctx.bundle.job
-    if not job or not roots or str(job.state).upper().split(".")[-1] != "COMPLETED":
-        return ""
-    if [p.strip() for p in str(job.exit_code or "0:0").split(":")] not in (["0", "0"], ["0"]):
+    if not job or not roots or job.state != JobState.COMPLETED or not exit_code_zero(job.exit_code):
         return ""
     trig = ctx.bundle.trigger
     if trig and trig.kind in (TriggerKind.no_progress, TriggerKind.job_state):
@@ -1168,10 +1168,7 @@ def _scheduler_failed(bundle: EvidenceBundle) -> str:
     if trig and trig.kind == TriggerKind.job_state and (trig.state_to or "").upper().startswith("FAILED"):
         return f"job state {trig.state_from or '?'} -> {trig.state_to}"
     job = bundle.job
-    if not job or not (job.state or "").upper().startswith("FAILED") or not job.exit_code:
-        return ""
-    parts = str(job.exit_code).split(":")
-    if all(p.strip() in ("", "0") for p in parts):
+    if not job or job.state != JobState.FAILED or not job.exit_code or exit_code_zero(job.exit_code):
         return ""
     return f"job {job.job_id} state={job.state} exit_code={job.exit_code}"
 
