@@ -73,6 +73,17 @@ NEVER_SURVIVED = frozenset({"app.nan_loss", "numerics.loss_scale_floor"})
 (a NaN loss; fp16 overflow at the loss-scale floor, every step skipped)."""
 
 
+def survivable(ctx: _Ctx, roots: list[_Ev]) -> bool:
+    """Could the run have survived these roots? Only job-log, non-kernel, non-hardware roots that are
+    not ``NEVER_SURVIVED``, and no ``job_state`` / ``no_progress`` trigger (the monitor saw it stop).
+    Shared by ``_recovered`` (progress followed) and the verdict's completed-job rule (Slurm says COMPLETED)."""
+    b = ctx.bundle
+    if b.trigger and b.trigger.kind in (TriggerKind.no_progress, TriggerKind.job_state):
+        return False
+    return all(e.source == b.job_log_source and not e.kernel and e.domain != Domain.hardware
+               and e.m.id not in NEVER_SURVIVED for e in roots)
+
+
 def _recovered(ctx: _Ctx, roots: list[_Ev]) -> int:
     """Progress lines after the last root when the errors were survivable (else 0).
 
@@ -80,15 +91,9 @@ def _recovered(ctx: _Ctx, roots: list[_Ev]) -> int:
     or a job_state / no_progress trigger rules it out; progress after a Slurm step-teardown line
     that follows the root does not count (``collect._STEP_TEARDOWN``)."""
     b = ctx.bundle
-    if b.trigger and b.trigger.kind in (TriggerKind.no_progress, TriggerKind.job_state):
+    if not survivable(ctx, roots) or (b.job and b.job.state in UNSUCCESSFUL_END):
         return 0
-    if b.job and b.job.state in UNSUCCESSFUL_END:
-        return 0
-    last = -1
-    for e in roots:
-        if e.source != b.job_log_source or e.kernel or e.domain == Domain.hardware or e.m.id in NEVER_SURVIVED:
-            return 0
-        last = max(last, e.line_no or 0)
+    last = max((e.line_no or 0 for e in roots), default=-1)
     last_idx = last - 1
     # a Slurm step teardown after the root ends the window: what follows is the dying step's flush
     stop = next((i for i in ctx.teardown_idx if i > last_idx), None)

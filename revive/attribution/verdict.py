@@ -21,7 +21,7 @@ from revive.attribution.collect import (
     exit_code_zero,
 )
 from revive.attribution.explain import _explain_frame, _gpus
-from revive.attribution.throughput import NEVER_SURVIVED, _recovered, _slow_hosts_from_compute, _slow_nodes, _straggler
+from revive.attribution.throughput import _recovered, _slow_hosts_from_compute, _slow_nodes, _straggler, survivable
 from revive.attribution.timestamps import _prev_attempt_stalled, _ref_year, _silent_hang
 from revive.logline import LINE_CAP as MAX_TEXT
 from revive.logline import cap_line, log_int
@@ -1146,13 +1146,8 @@ def _completed_job(ctx: _Ctx, roots: list[_Ev]) -> str:
     job = ctx.bundle.job
     if not job or not roots or job.state != JobState.COMPLETED or not exit_code_zero(job.exit_code):
         return ""
-    trig = ctx.bundle.trigger
-    if trig and trig.kind in (TriggerKind.no_progress, TriggerKind.job_state):
+    if not survivable(ctx, roots) or any(e.m.id.startswith(("slurm.", "srun.")) for e in roots):
         return ""
-    for e in roots:
-        if (e.source != ctx.bundle.job_log_source or e.kernel or e.domain == Domain.hardware
-                or e.m.id in NEVER_SURVIVED or e.m.id.startswith(("slurm.", "srun."))):
-            return ""
     return f"job {job.job_id} ended COMPLETED with exit code {job.exit_code or '0:0'}"
 
 
