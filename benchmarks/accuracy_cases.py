@@ -151,6 +151,9 @@ def evaluate(cases_dir: Path | str | None = None, verbose: bool = False, set_nam
 
 
 def main(argv: list[str]) -> int:
+    if "-h" in argv or "--help" in argv:
+        print(__doc__)
+        return 0
     verbose = "-v" in argv
     sets: list[str] = []
     dirs: list[str] = []
@@ -173,6 +176,9 @@ def main(argv: list[str]) -> int:
             return 2
         print(evaluate(set_name=s, verbose=verbose).line())
     for d in dirs:
+        if not Path(d).is_dir():
+            print(f"not a folder of cases: {d!r} (see --help)", file=sys.stderr)
+            return 2
         print(evaluate(cases_dir=Path(d), verbose=verbose).line())
     return 0
 

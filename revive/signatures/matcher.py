@@ -146,8 +146,10 @@ _PREFIXES: list[tuple[str, re.Pattern[str]]] = [
     # "(WorkerDict pid=..., ip=...) "; ray/_private/worker.py print_worker_logs, Ray 2.x)
     ("ray", re.compile(r"^\((?:[\w.:-]+ )?pid=\d+(?:, ip=(?P<ray_ip>[0-9A-Fa-f.:]+))?\) ")),
     # the run before the first digit holds no digit: one way to match, linear time (``[\w.-]*\d``
-    # backtracked quadratically: 0.3 s on an 8 KB line of "a2026-01-01…")
-    ("pdsh", re.compile(r"^(?P<phost>[A-Za-z](?:[^\W\d]|[.-])*\d[\w.-]*): (?=\S)")),
+    # backtracked quadratically: 0.3 s on an 8 KB line of "a2026-01-01…"); a Huawei CANN error
+    # code ("EI0002: ", "EE1002: ", "EZ9999: ": E, a module letter, four digits; CANN 7.x-8.x error
+    # code reference, as torch_npu prints it) is the message's start, not a host
+    ("pdsh", re.compile(r"^(?!E[A-Z]\d{4}: )(?P<phost>[A-Za-z](?:[^\W\d]|[.-])*\d[\w.-]*): (?=\S)")),
 ]
 _GLOG = re.compile(r"^\[?[IWEF](?P<md>\d{3,4}) (?P<t>\d\d:\d\d:\d\d(?:\.\d+)?)")
 _BODY_RANK = re.compile(r"\[(?:PG [^\]]*?)?Rank (?P<rank>\d+)\]")

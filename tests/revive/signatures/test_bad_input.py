@@ -62,3 +62,11 @@ def test_the_pdsh_prefix_is_linear_on_a_long_word_with_digits():
     assert time.perf_counter() - t0 < 0.25
     assert split_prefix("gpu-node-003: RuntimeError: x")[1].extra["pdsh_host"] == "gpu-node-003"
     assert "pdsh_host" not in split_prefix("node: RuntimeError: x")[1].extra  # a host needs a digit
+
+
+def test_a_cann_error_code_at_the_start_of_a_line_is_the_message_not_a_pdsh_host():
+    body, meta = split_prefix("EI0002: The wait execution of the Notify register times out.")
+    assert body.startswith("EI0002: ") and "pdsh_host" not in meta.extra
+    assert split_prefix("EE1002: 2024-09-03-16:50:00.041.231 Stream synchronize timeout.")[0].startswith("EE1002")
+    # a host whose name merely starts like one keeps its prefix
+    assert split_prefix("EI0002a: RuntimeError: x")[1].extra["pdsh_host"] == "EI0002a"
