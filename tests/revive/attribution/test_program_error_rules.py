@@ -87,6 +87,15 @@ def test_lower_case_epoch_iter_counters_make_a_cancelled_stall_a_silent_hang():
     assert a.category.value == "hang", a.explanation
 
 
+def test_detectrons_json_stats_lines_make_a_cancelled_stall_a_silent_hang():
+    # Detectron prints its progress only as JSON ("json_stats: {... "iter": N ...}"), with no timestamps
+    lines = [f'json_stats: {{"eta": "10:{59 - i:02d}:14", "iter": {10900 + 20 * i}, "loss": 0.71, "lr": 0.002, '
+             f'"mb_qsize": 0, "mem": 6962, "time": 0.4949}}' for i in range(6)]
+    lines.append("slurmstepd: error: *** JOB 30116 ON gpu-node-001 CANCELLED AT 2018-03-02T21:40:00 ***")
+    a = run("\n".join(lines) + "\n", JobRecord(job_id="30116", nodes=["gpu-node-001"], state="CANCELLED"))
+    assert (a.category.value, a.action.value) == ("hang", "restart_in_place"), a.explanation
+
+
 def test_slurm_upper_case_step_line_is_not_progress():
     # a crash, then Slurm's step teardown: "STEP 181.0" is no progress line, so the error was not survived
     text = ("Traceback (most recent call last):\n  File \"train.py\", line 3, in <module>\n"
