@@ -8,7 +8,9 @@
   for nvidia.com/gpu``) is the node's state: place the job elsewhere.
 - Round 29: vLLM's ``Invocation of collective_rpc method failed`` in an RL trainer is the trainer's
   extension breaking on the vLLM it runs against (stop), unless its traceback names a more specific
-  error (a CUDA OOM decides at its own tier)."""
+  error (a CUDA OOM decides at its own tier).
+- Round 30: PyTorch's driver-API check (``CUDA driver error: invalid argument``) is a CUDA error, not
+  a generic crash."""
 
 from __future__ import annotations
 
@@ -79,3 +81,12 @@ def test_a_cuda_oom_inside_the_failed_rpc_decides_instead():
                        "capacity of 79.10 GiB of which 1.02 GiB is free.\n")
     a = attribute(EvidenceBundle(job_log=text))
     assert a.category.value == "oom_gpu", a.explanation
+
+
+def test_a_cuda_driver_api_error_is_a_cuda_error_not_a_bare_crash():
+    text = ("[rank0]: Traceback (most recent call last):\n"
+            "[rank0]:   File \"/usr/lib/python3.12/site-packages/torch/distributed/_symmetric_memory/__init__.py\", "
+            "line 1710, in rendezvous\n"
+            "[rank0]:   RuntimeError: CUDA driver error: invalid argument\n")
+    a = attribute(EvidenceBundle(job_log=text))
+    assert (a.category.value, a.action.value) == ("cuda_error", "restart_in_place"), a.explanation
