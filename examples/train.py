@@ -71,7 +71,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 # Must be set before torch is imported to take effect on its thread pools.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -494,9 +494,12 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(1)
 
+    # the store the tcp:// init method would make, held here so that rank 0 (its host) can leave last
+    store = dist.TCPStore(master_addr, port, me.world, is_master=me.rank == 0,
+                          timeout=timedelta(seconds=args.collective_timeout_s))
     dist.init_process_group(
         backend="gloo",
-        init_method=f"tcp://{master_addr}:{port}",
+        store=store,
         rank=me.rank,
         world_size=me.world,
         timeout=timedelta(seconds=args.collective_timeout_s),
@@ -564,7 +567,25 @@ def main(argv: list[str] | None = None) -> int:
     dist.barrier()
     me.say(f"training complete at iteration {args.iterations}")
     dist.destroy_process_group()
+    leave_together(store, me)
     return 0
+
+
+def leave_together(store: Any, me: Rank, timeout_s: float = 30.0) -> None:
+    """Rank 0 hosts the TCPStore the process group ran on: it exits only after every other rank has
+    destroyed its process group (a rank still tearing gloo down when the store's host went away died
+    in ``std::terminate`` - "terminate called without an active exception", rc -6 - in a CI run on
+    2026-12-04). A peer that is gone already costs rank 0 at most ``timeout_s`` seconds, never its
+    exit code: training is complete by then."""
+    import torch.distributed as dist
+
+    try:
+        if me.rank == 0:
+            store.wait([f"revive/left/{r}" for r in range(1, me.world)], timedelta(seconds=timeout_s))
+        else:
+            store.set(f"revive/left/{me.rank}", "1")
+    except (RuntimeError, dist.DistError) as exc:
+        me.say(f"leaving without every peer's goodbye: {type(exc).__name__}: {str(exc)[:200]}")
 
 
 if __name__ == "__main__":
