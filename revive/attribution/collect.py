@@ -107,6 +107,24 @@ class _Ctx:
 
 
 
+_PLAIN_CANCEL = re.compile(r"\*\*\* (?:STEP|JOB) [\w.]+ ON [\w.-]+ CANCELLED AT \S+ \*\*\*")
+"""slurmstepd's line for a job or step cancelled by a person or a wrapper (``scancel``), with no ``DUE TO``
+reason after the time: ``*** JOB <id> ON <node> CANCELLED AT <time> ***`` (src/slurmd/slurmstepd/mgr.c,
+Slurm 22.05-24.x; a time limit, a preemption, a node failure and a task failure add ``DUE TO ...``)."""
+
+
+def ended_state(ctx: _Ctx) -> str:
+    """The job's end state, upper case: the Slurm record's (``bundle.job.state``); with no record, ``CANCELLED``
+    when one of the attempt's last 20 lines is slurmstepd's plain cancellation line (``_PLAIN_CANCEL``), else ``""``.
+    A log captured without ``sacct`` (a pasted job output) still says how the job ended."""
+    b = ctx.bundle
+    if b.job:
+        st = b.job.state
+        return str(getattr(st, "value", st) or "").upper()
+    tail = ctx.lines[max(ctx.tail_start, len(ctx.lines) - 20):]
+    return "CANCELLED" if any(_PLAIN_CANCEL.search(x[:MAX_TEXT]) for x in tail) else ""
+
+
 # ----------------------------------------------------------------------------- helpers
 def _nodes(bundle: EvidenceBundle) -> list[str]:
     return list(bundle.job.nodes) if bundle.job and bundle.job.nodes else []

@@ -52,6 +52,9 @@ def _parse_ts(ts: str | None, kind: str | None, year: int) -> datetime | None:
             sec = float(ss)
             return datetime(year, _MONTHS[mon], int(day), int(hh), int(mm), int(sec),
                             int((sec % 1) * 1e6), tzinfo=UTC)
+        if kind == "mpirun":  # ctime(3): "Mon May 24 06:43:04 2021" (the year is its own)
+            d = datetime.strptime(" ".join(ts.split()), "%a %b %d %H:%M:%S %Y")
+            return d.replace(tzinfo=UTC)
         if kind == "glog":
             md, clock = ts.split()
             month, mday = (int(md[:-2]), int(md[-2:]))

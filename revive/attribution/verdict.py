@@ -18,6 +18,7 @@ from revive.attribution.collect import (
     _nodes,
     _norm_host,
     _synthetic,
+    ended_state,
     exit_code_zero,
 )
 from revive.attribution.explain import _explain_frame, _gpus
@@ -1025,7 +1026,8 @@ _INIT_LINE = re.compile(
     r"[Ii]nitializing (?:ddp|distributed): GLOBAL_RANK: (?P<g>\d+), MEMBER: (?P<m>\d+)/(?P<n>\d+)"
     r"|store_based_barrier|[Ww]aiting in store based barrier|init_process_group|_configure_distributed_model"
     r"|deepspeed/__init__\.py|[Ii]nitializing (?:torch\.)?distributed|jax\.distributed\.initialize|"
-    r"NCCL INFO (?:Bootstrap|NET/|Using network|cudaDriverVersion|comm 0x)"
+    r"NCCL INFO (?:Bootstrap|NET/|Using network|cudaDriverVersion|comm 0x|Channel \d+|Trees \[|Connected all (?:rings|trees)"
+    r"|Setting affinity for GPU)"
     r"|All (?:DDP|distributed) processes registered\. Starting (?:ddp )?with \d+ processes"
     r"|\[engine\.py:\d+:_configure_\w+\]|\[comm\.py:\d+:init_distributed\]"
     r"|^#\s+size\s+count\s+type\s+redop\b")
@@ -1038,7 +1040,8 @@ _INIT_LINE = re.compile(
 from deepspeed/comm/comm.py), Lightning's ``All DDP processes registered. Starting ddp with N
 processes`` (1.x; ``All distributed processes registered. Starting with N processes`` in 2.x: the
 process group exists, the first collective has not run), JAX's ``jax.distributed.initialize``,
-NCCL's communicator init INFO lines (NCCL 2.x) and nccl-tests'/rccl-tests' column header (``#  size
+NCCL's communicator init INFO lines (NCCL 2.x init.cc / transport.cc: bootstrap, network, affinity,
+``Channel NN``, ``Trees [...]``, ``Connected all rings|trees``, ``comm 0x... Init COMPLETE``) and nccl-tests'/rccl-tests' column header (``#  size
 count type redop ...``, printed right before the first timed collective; a result row follows each
 size, so a log that ends at the header never finished one)."""
 INIT_TAIL_LINES = 30
@@ -1305,7 +1308,7 @@ def _decide(ctx: _Ctx) -> Attribution:
                                            "point, it is the application's (collect py-spy stacks).")
         # 3at. cancelled by a person (not at its time limit) while still in the distributed start-up, never
         #      having trained: the start-up hung (LLaMA-Factory#3534: every communicator "Init COMPLETE", then nothing)
-        state = ((bundle.job.state if bundle.job else "") or "").upper()
+        state = ended_state(ctx)
         if state.startswith("CANCELLED") and not cascades_all and (build := _stuck_in_extension_build(ctx)):
             return Attribution(category=Category.hang, domain=Domain.system, confidence=_conf("engine.silent_hang", 0.5),
                                action=Action.stop_no_retry, node_notes=node_notes,

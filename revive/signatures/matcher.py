@@ -133,7 +133,11 @@ _PREFIXES: list[tuple[str, re.Pattern[str]]] = [
     ("stream", re.compile(r"^(?P<host>[\w.-]+) \[(?:stderr|stdout)\] ")),
     ("nccl", re.compile(r"^(?P<host>[\w.-]+):\d+:\d+ \[(?P<gpu>\d+)\] ")),
     ("srun_l", re.compile(r"^(?P<rank>\d{1,6}): ")),
-    ("mpirun", re.compile(r"^\[\d+,(?P<rank>\d+)\]<(?:stdout|stderr)>: ?")),
+    # Open MPI ``mpirun --tag-output``: "[1,3]<stdout>:msg" (job, rank); with ``--timestamp-output``
+    # a ctime(3) stamp comes first: "Mon May 24 06:43:04 2021[1,3]<stdout>:msg" (orte/mca/iof/base/
+    # iof_base_output.c, Open MPI 3.x-4.x; Horovod's horovodrun passes both)
+    ("mpirun", re.compile(r"^(?P<ts>[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})?"
+                          r"\[\d+,(?P<rank>\d+)\]<(?:stdout|stderr)>: ?")),
     # MPICH Hydra / Intel MPI ``mpiexec -prepend-rank`` (``-l``): "[3] msg" (Hydra ui/utils: "[%d] ")
     ("prepend_rank", re.compile(r"^\[(?P<rank>\d{1,6})\] (?=\S)")),
     # Docker Compose v2 service prefix: "trainer-1  | msg" (docker/compose cmd/formatter/logs.go:
