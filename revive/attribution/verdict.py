@@ -80,6 +80,51 @@ def _apply_hardware_typical(ctx: _Ctx) -> None:
                                "application error before it: typical of a GPU failing")
 
 
+_BT_FRAME = re.compile(r"(?:^|[\s\]])(?P<lib>(?:/[^\s()\[\]]*/)?(?P<name>lib[\w+-]+|linux-vdso)\.so[\w.]*)\((?P<sym>[^)]*)\)")
+"""One native backtrace frame: UCX's ``ucs_handle_error`` report (`` 3  /opt/nccl/lib/libnccl.so(+0x120057)
+[0x7ff1...]``, UCX 1.x ucs/debug/debug.c) and Open MPI's (``[host:pid] [ 3] /.../libmpi.so.40(NBC_Progress+0x164)
+[0x...]``, opal/util/stacktrace.c, Open MPI 4.x-5.x); glibc ``backtrace_symbols_fd`` prints the same shape."""
+_HANDLER_LIBS = {"libucs", "linux-vdso", "libpthread", "libc", "libSegFault"}
+"""Libraries of a backtrace's top frames that are the signal's delivery, not its cause (UCX's and Open MPI's
+handlers, the kernel's sigreturn trampoline, glibc): the faulting frame is the first below them."""
+_COMM_LIBS = re.compile(r"^lib(?:nccl|rccl|hccl|mpi|mpich|mpi_\w+|fabric|ucp|uct|nccl-net\w*|nccl_net\w*|oneccl|ccl)$")
+"""Collective-communication libraries (NCCL, RCCL, HCCL, MPI, libfabric, UCX's protocol/transport layers,
+NCCL net plugins, oneCCL)."""
+BT_FRAMES_AFTER = 40
+"""How many lines after the segfault line the faulting frame is looked for."""
+
+
+def _faulting_library(lines: list[str], start: int) -> str:
+    """The library of the first backtrace frame below the signal-handler frames, in the ``BT_FRAMES_AFTER``
+    lines from ``start`` (0-based); ``""`` when none is printed."""
+    for x in lines[start:start + BT_FRAMES_AFTER]:
+        m = _BT_FRAME.search(x[:MAX_TEXT])
+        if not m:
+            continue
+        name = m.group("name")
+        if name in _HANDLER_LIBS or name.startswith("libc-") or "sigreturn" in m.group("sym"):
+            continue
+        return name
+    return ""
+
+
+def _apply_comm_library_segfault(ctx: _Ctx) -> None:
+    """Rule 3az. A segmentation fault whose faulting frame lies in a collective-communication library
+    (``_COMM_LIBS``) is that library's failure (an NCCL RAS-thread crash, NVIDIA/nccl 2.27; Open MPI's
+    libnbc progressing a non-blocking collective on GPU buffers, CSCS Alps Open MPI known issues): the
+    library version or its use, the same on every retry until one changes. A fault elsewhere (the
+    program, the CUDA compiler) stays a crash of unknown cause."""
+    segv = [e for e in ctx.events if e.m.id == "host.sigsegv" and e.source == ctx.bundle.job_log_source and e.line_no]
+    lib = next((x for e in segv if _COMM_LIBS.match(x := _faulting_library(ctx.lines, e.line_no or 0))), "")
+    if not lib:
+        return
+    for ev in segv:  # the launcher's "task N: Segmentation fault" restates the same crash
+        ev.category, ev.domain, ev.action = Category.nccl_error, Domain.application, Action.stop_no_retry
+        ev.upgraded = (f"the segmentation fault's faulting frame is in {lib}, a collective-communication "
+                       "library: that library's failure (its version or the way it is used), which recurs "
+                       "until one changes")
+
+
 _NVLINK_XIDS = {74, 144, 145, 146, 147, 148, 149, 150}
 _GPU_FAULT_XIDS = {31, 43, 48}
 _GPU_FAULT_SIGS = {"cuda.oom", "cuda.cudnn_error", "cuda.dnn_init_failed"}
@@ -1202,6 +1247,7 @@ def _verdict(bundle: EvidenceBundle, matcher: Matcher) -> Attribution:
 
 def _apply_rules(ctx: _Ctx) -> None:
     _apply_hardware_typical(ctx)
+    _apply_comm_library_segfault(ctx)
     _apply_field_rules(ctx)
     _apply_node_history(ctx)
 
