@@ -56,9 +56,9 @@ _SYSTEM_DRAIN = {"storage.hung_task", "slurm.batch_script_missing"}
 mount): the one exception to "a drain only with domain hardware"."""
 _NODE_FAILURE_HOST_SIGS = {"slurm.node_failure", "host.node_unreachable", "slurm.task_launch_failed",
                            "torchelastic.keepalive_failed", "ray.node_dead", "slurm.gres_count_low",
-                           "host.node_ping_failed"}
+                           "host.node_ping_failed", "slurm.prolog_failed"}
 """Node-failure signatures whose ``host`` field names the node that failed (srun's "Node failure on H"
-and "Task launch ... failed on node H"; an ssh connect to a job node that times out or has no route):
+and "Task launch ... failed on node H"; "Prolog failure on node H"; an ssh connect to a job node that times out or has no route):
 blame, not location."""
 
 

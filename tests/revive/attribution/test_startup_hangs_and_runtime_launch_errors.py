@@ -8,6 +8,8 @@
   failure, not a bare Python crash.
 - HIP's ``hipErrorNoBinaryForGpu`` (a binary built for another GPU target or xnack mode) is the build:
   stop.
+- A Slurm prolog failure on the allocated node is the node's set-up (Slurm drains it): requeue elsewhere.
+  CUDA's sticky `an illegal instruction was encountered` is a CUDA error of unknown cause.
 - Ray's driver warning that a worker "died or was killed ... by an unexpected system error", followed by
   ``RayActorError``, is a worker crash of unknown cause, not the program's exception."""
 
@@ -85,3 +87,25 @@ def test_a_ray_worker_killed_by_an_unexpected_system_error_is_a_crash_not_the_pr
             "ray.exceptions.RayActorError: The actor died unexpectedly before finishing this task.\n")
     job = JobRecord(job_id="60415", nodes=["gpu-node-001"], state="FAILED", exit_code="1:0")
     assert verdict(text, job) == ("crash", "unknown", "restart_in_place", "ray.worker_died")
+
+
+def test_a_prolog_failure_revoking_the_allocation_is_the_nodes_set_up_not_a_crash():
+    text = ("salloc: Granted job allocation 235454\n"
+            "salloc: Waiting for resource configuration\n"
+            "salloc: Prolog failure on node gpu-node-006\n"
+            "salloc: Job allocation 235454 has been revoked.\n"
+            "salloc: error: Job allocation 235454 has been revoked\n")
+    job = JobRecord(job_id="235454", nodes=["gpu-node-005", "gpu-node-006"], state="FAILED", exit_code="1:0")
+    a = attribute(EvidenceBundle(job_log=text, job=job))
+    assert (a.category.value, a.domain.value, a.root_event.signature_id) == ("node_failure", "system",
+                                                                            "slurm.prolog_failed")
+    # Slurm drains the node whose prolog failed: the resubmission runs without it
+    assert a.culprit_nodes == ["gpu-node-006"] and a.action.value == "requeue_exclude_nodes"
+
+
+def test_a_cuda_illegal_instruction_is_a_cuda_error_of_unknown_cause_not_a_bare_crash():
+    text = ("CUDA status Error: file: ./src/dark_cuda.c : cuda_push_array() : line: 469\n"
+            " CUDA Error: an illegal instruction was encountered\n"
+            "CUDA Error: an illegal instruction was encountered: No error\n")
+    job = JobRecord(job_id="4410", nodes=["gpu-node-005"], state="FAILED", exit_code="1:0")
+    assert verdict(text, job) == ("cuda_error", "unknown", "restart_in_place", "cuda.illegal_instruction")
