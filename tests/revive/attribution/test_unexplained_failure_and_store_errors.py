@@ -1,10 +1,11 @@
 """Rule 3ax (a job the scheduler reports FAILED, with nothing in the evidence to explain it) and the
 c10d store/rendezvous signature (catalog 2026.12.9), as incidents reach Revive.
 
-A Slurm prolog fails on the allocated node and the allocation is revoked; a Neuron runtime module
-prints errors the catalog has never seen; the job ends FAILED with exit code 1. The verdict is an
-unexplained crash (unknown domain, restart in place, low confidence), never "healthy". The same log with
-a COMPLETED record stays healthy. A TCPStore/rendezvous connect timeout is the job's own key-value store
+A Neuron runtime module prints errors the catalog has never seen; the job ends FAILED with exit code 1.
+The verdict is an unexplained crash (unknown domain, restart in place, low confidence), never "healthy".
+The same log with a COMPLETED record stays healthy. (A Slurm prolog failure that revokes the allocation
+was this test's other example until catalog 2026.12.25 gave it an entry, ``slurm.prolog_failed``: it is
+now explained, as a node failure.) A TCPStore/rendezvous connect timeout is the job's own key-value store
 over TCP, not an NCCL failure: a crash of unknown cause."""
 
 from __future__ import annotations
@@ -33,13 +34,18 @@ def job(state: str, exit_code: str | None) -> JobRecord:
 
 
 def test_a_failed_job_nothing_explains_is_an_unexplained_crash_not_healthy():
-    for text in (PROLOG_REVOKED, UNKNOWN_LIBRARY_ERRORS):
-        a = attribute(EvidenceBundle(job_log=text, job=job("FAILED", "1:0")))
-        assert (a.category.value, a.domain.value, a.action.value) == ("crash", "unknown", "restart_in_place"), a.explanation
-        assert a.root_event is not None and a.root_event.signature_id == "slurm.state_failed"
-        assert "exit_code=1:0" in a.root_event.text
-        assert a.confidence < 0.5  # nothing to go on: below the policy floor, never a drain
-        assert a.culprit_nodes == []
+    a = attribute(EvidenceBundle(job_log=UNKNOWN_LIBRARY_ERRORS, job=job("FAILED", "1:0")))
+    assert (a.category.value, a.domain.value, a.action.value) == ("crash", "unknown", "restart_in_place"), a.explanation
+    assert a.root_event is not None and a.root_event.signature_id == "slurm.state_failed"
+    assert "exit_code=1:0" in a.root_event.text
+    assert a.confidence < 0.5  # nothing to go on: below the policy floor, never a drain
+    assert a.culprit_nodes == []
+
+
+def test_a_revoked_allocation_after_a_prolog_failure_is_explained_now_not_unexplained():
+    a = attribute(EvidenceBundle(job_log=PROLOG_REVOKED, job=job("FAILED", "1:0")))
+    assert a.root_event is not None and a.root_event.signature_id == "slurm.prolog_failed"
+    assert (a.category.value, a.domain.value) == ("node_failure", "system")
 
 
 def test_the_same_log_with_a_clean_exit_stays_healthy():
