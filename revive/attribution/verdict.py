@@ -1074,7 +1074,7 @@ _INIT_LINE = re.compile(
     r"NCCL INFO (?:Bootstrap|NET/|Using network|cudaDriverVersion|comm 0x|Channel \d+|Trees \[|Connected all (?:rings|trees)"
     r"|Setting affinity for GPU)"
     r"|All (?:DDP|distributed) processes registered\. Starting (?:ddp )?with \d+ processes"
-    r"|\[engine\.py:\d+:_configure_\w+\]|\[comm\.py:\d+:init_distributed\]"
+    r"|\[engine\.py:\d+:_configure_\w+\]|\[comm\.py:\d+:init_distributed\]|init nccl context nranks: \d+"
     r"|^#\s+size\s+count\s+type\s+redop\b")
 """Lines of a distributed start-up: Lightning's ``initializing ddp: GLOBAL_RANK: g, MEMBER: m/N``
 (pytorch_lightning 1.x ``DDPPlugin.init_ddp_connection``; ``Initializing distributed:`` in 2.x
@@ -1084,7 +1084,8 @@ _INIT_LINE = re.compile(
 (``[engine.py:N:_configure_optimizer]`` from ``DeepSpeedEngine.__init__``, ``[comm.py:N:init_distributed]``
 from deepspeed/comm/comm.py), Lightning's ``All DDP processes registered. Starting ddp with N
 processes`` (1.x; ``All distributed processes registered. Starting with N processes`` in 2.x: the
-process group exists, the first collective has not run), JAX's ``jax.distributed.initialize``,
+process group exists, the first collective has not run), JAX's ``jax.distributed.initialize``, PaddlePaddle's ``init nccl context nranks: N local rank: R gpu id: G
+ring id: I`` (paddle/fluid/imperative/nccl_context.cc, Paddle 2.x),
 NCCL's communicator init INFO lines (NCCL 2.x init.cc / transport.cc: bootstrap, network, affinity,
 ``Channel NN``, ``Trees [...]``, ``Connected all rings|trees``, ``comm 0x... Init COMPLETE``) and nccl-tests'/rccl-tests' column header (``#  size
 count type redop ...``, printed right before the first timed collective; a result row follows each
