@@ -51,9 +51,9 @@ _GPU_REQUEST = re.compile(r"--gres[= ](?:\S*:)?gpu\b|--gpus(?:-per-(?:node|task|
                           r"|\bnvidia\.com/gpu\b")
 """The job asked its scheduler for GPUs: srun/sbatch ``--gres=gpu:…``, ``--gpus[-per-node]=N``, Slurm's
 ``SLURM_JOB_GPUS=`` / ``SLURM_STEP_GPUS=``, a Kubernetes ``nvidia.com/gpu`` limit."""
-_SYSTEM_DRAIN = {"storage.hung_task", "slurm.batch_script_missing"}
+_SYSTEM_DRAIN = {"storage.hung_task", "slurm.batch_script_missing", "nvrm.fabric_state_out_of_sync"}
 """System-domain signatures whose remedy is draining the node (a task stuck in D state on a wedged
-mount): the one exception to "a drain only with domain hardware"."""
+mount; a driver whose NVLink fabric state is out of sync until fabric manager restarts or the node reboots): the one exception to "a drain only with domain hardware"."""
 _NODE_FAILURE_HOST_SIGS = {"slurm.node_failure", "host.node_unreachable", "slurm.task_launch_failed",
                            "torchelastic.keepalive_failed", "ray.node_dead", "slurm.gres_count_low",
                            "host.node_ping_failed", "slurm.prolog_failed"}
